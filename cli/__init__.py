@@ -1,0 +1,1 @@
+"""The ``mq`` command line."""

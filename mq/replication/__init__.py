@@ -1,0 +1,1 @@
+"""Replication: follower fetchers, ISR and high-watermark bookkeeping, controller."""

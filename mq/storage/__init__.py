@@ -1,0 +1,8 @@
+"""mq's storage engine: record batches, segments, indexes and partition logs.
+
+Three layers, each with its concurrency rule in its docstring:
+:class:`~mq.storage.segment.Segment` (one file and its indexes) →
+:class:`~mq.storage.log.Log` (ordered segments, roll, retention, recovery) →
+:class:`~mq.storage.writer.LogWriter` (the one asyncio task that appends).
+Nothing here opens a socket or knows about the broker.
+"""

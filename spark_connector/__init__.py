@@ -1,0 +1,1 @@
+"""PySpark Python data source ``mq`` (reader and writer over the public client API)."""
