@@ -31,6 +31,7 @@ records lives in :mod:`mq.storage.records`.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections.abc import Iterator
 from typing import NamedTuple, TypeAlias
@@ -72,7 +73,8 @@ _BASE_OFFSET = struct.Struct(">q")
 _OFFSET_AND_EPOCH = struct.Struct(">qii")
 _LENGTH = struct.Struct(">qi")
 
-Buffer: TypeAlias = bytes | bytearray | memoryview
+Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
+WritableBuffer: TypeAlias = bytearray | memoryview | mmap.mmap
 
 
 class BatchHeader(NamedTuple):
@@ -152,7 +154,9 @@ def check_batch(buf: Buffer, pos: int, end: int) -> BatchHeader:
         raise CorruptRecordError(f"magic byte is {header.magic}, expected {MAGIC}")
     actual = crc32c(memoryview(buf)[pos + ATTRIBUTES_AT : pos + size])
     if actual != header.crc:
-        raise CorruptRecordError(f"CRC mismatch: stored {header.crc:#010x}, computed {actual:#010x}")
+        raise CorruptRecordError(
+            f"CRC mismatch: stored {header.crc:#010x}, computed {actual:#010x}"
+        )
     if header.last_offset_delta < 0 or header.records_count < 0:
         raise CorruptRecordError("negative lastOffsetDelta or recordsCount")
     return header
@@ -212,13 +216,13 @@ def _check_timestamps(header: BatchHeader, now_ms: int | None, skew_ms: int | No
             )
 
 
-def set_base_offset(buf: bytearray | memoryview, pos: int, base_offset: int) -> None:
+def set_base_offset(buf: WritableBuffer, pos: int, base_offset: int) -> None:
     """Rewrite a batch's baseOffset in place; the CRC stays valid."""
     _BASE_OFFSET.pack_into(buf, pos + BASE_OFFSET_AT, base_offset)
 
 
 def set_offset_and_epoch(
-    buf: bytearray | memoryview, pos: int, base_offset: int, leader_epoch: int
+    buf: WritableBuffer, pos: int, base_offset: int, leader_epoch: int
 ) -> None:
     """Rewrite baseOffset and partitionLeaderEpoch in place (what a leader does on append)."""
     length = _LENGTH.unpack_from(buf, pos)[1]

@@ -1,0 +1,103 @@
+"""Per-log settings, with Kafka's names and mq's defaults, checked once.
+
+Flush policies and what they promise (a message is *acknowledged* when its
+append's future completes):
+
+``always``
+    The writer syncs the data (fdatasync) before it acknowledges. An
+    acknowledged message survives ``kill -9`` and a power cut. Appends that
+    arrive during a sync share the next one (group commit).
+``interval`` (default, ``flush.ms`` = 1000)
+    Acknowledged once copied into the memory-mapped segment, which is the
+    kernel's page cache: it survives ``kill -9`` of the broker. The writer
+    syncs at most ``flush.ms`` after an append, so a power cut or kernel crash
+    loses at most that window (as Redis ``appendfsync everysec``).
+``never``
+    Acknowledged once in the page cache, as ``interval``; the kernel writes it
+    back when it likes (Kafka's default, relying on replication). Survives
+    ``kill -9``; a power cut may lose whatever the kernel had not written.
+
+Whatever the policy, a segment is synced when it is rolled, and on clean close.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+from typing import Any
+
+from mq.errors import InvalidConfigError
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+MAX_SEGMENT_BYTES = 2 * GiB - 1
+"""Index entries keep file positions as u32; Kafka has the same ceiling."""
+MIN_SEGMENT_BYTES = 64 * KiB
+"""Smaller segments only multiply files; nothing useful fits in less."""
+DAY_MS = 24 * 3600 * 1000
+
+
+class FlushPolicy(enum.Enum):
+    ALWAYS = "always"
+    INTERVAL = "interval"
+    NEVER = "never"
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Settings of one partition log (topic-level settings in the broker)."""
+
+    segment_bytes: int = 1 * GiB
+    """Roll to a new segment when the active one would grow past this."""
+    segment_ms: int = 7 * DAY_MS
+    """Roll a non-empty active segment at least this often (so retention can delete it)."""
+    retention_ms: int | None = 14 * DAY_MS
+    """Delete closed segments whose newest record is older than this (None: keep)."""
+    retention_bytes: int | None = None
+    """Delete the oldest closed segments while the log is bigger than this (None: no cap)."""
+    index_interval_bytes: int = 4 * KiB
+    """One sparse index entry per this many bytes of batches."""
+    flush: FlushPolicy = FlushPolicy.INTERVAL
+    flush_ms: int = 1000
+    """With ``flush=interval``: the longest time between an append and its sync."""
+    max_message_bytes: int = 1 * MiB + 12
+    """Largest batch a producer may append (Kafka's ``max.message.bytes``)."""
+
+    def __post_init__(self) -> None:
+        if not MIN_SEGMENT_BYTES <= self.segment_bytes <= MAX_SEGMENT_BYTES:
+            raise InvalidConfigError(
+                f"segment.bytes must be in [{MIN_SEGMENT_BYTES}, {MAX_SEGMENT_BYTES}], "
+                f"got {self.segment_bytes}"
+            )
+        if self.max_message_bytes > self.segment_bytes:
+            raise InvalidConfigError("max.message.bytes cannot exceed segment.bytes")
+        for name in ("segment_ms", "flush_ms", "index_interval_bytes", "max_message_bytes"):
+            if getattr(self, name) <= 0:
+                raise InvalidConfigError(f"{name.replace('_', '.')} must be positive")
+        if self.retention_ms is not None and self.retention_ms <= 0:
+            raise InvalidConfigError("retention.ms must be positive (or unset to keep forever)")
+        if self.retention_bytes is not None and self.retention_bytes <= 0:
+            raise InvalidConfigError("retention.bytes must be positive (or unset for no cap)")
+
+    def with_overrides(self, overrides: dict[str, Any]) -> LogConfig:
+        """A copy with Kafka-style keys (``segment.bytes``, ``flush``…) applied."""
+        changes: dict[str, Any] = {}
+        for key, value in overrides.items():
+            field = key.replace(".", "_")
+            if field not in LogConfig.__dataclass_fields__:
+                raise InvalidConfigError(f"unknown log setting {key!r}")
+            if field == "flush":
+                try:
+                    value = FlushPolicy(value)
+                except ValueError:
+                    choices = ", ".join(p.value for p in FlushPolicy)
+                    raise InvalidConfigError(f"flush must be one of {choices}") from None
+            elif value is not None:
+                try:
+                    value = int(value)
+                except (TypeError, ValueError):
+                    raise InvalidConfigError(f"{key} must be an integer, got {value!r}") from None
+            changes[field] = value
+        return replace(self, **changes)

@@ -1,0 +1,98 @@
+"""The one seam between the storage engine and the operating system's file API.
+
+Every open, write, sync, size change, map and unlink of a log goes through a
+:class:`FileIO`. Production code uses :data:`DEFAULT_IO`; tests pass a subclass
+that raises ``ENOSPC`` or ``EIO`` at a chosen call to prove that a failed write
+or sync takes exactly one partition offline and loses nothing acknowledged.
+
+Methods are thin and blocking; the ones that can wait on the disk (``fdatasync``,
+``fsync``, ``write_file_atomic``) release the GIL, so a caller may run them in
+a worker thread.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+
+class FileIO:
+    """Blocking file operations used by segments, indexes and checkpoints."""
+
+    def open(self, path: Path, *, create: bool = False, write: bool = True) -> int:
+        flags = os.O_RDWR if write else os.O_RDONLY
+        if create:
+            flags |= os.O_CREAT
+        return os.open(path, flags | os.O_CLOEXEC, 0o644)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def dup(self, fd: int) -> int:
+        """A second descriptor of the same file, so a sync can outlive the first one."""
+        return os.dup(fd)
+
+    def mtime_ms(self, path: Path) -> int:
+        return os.stat(path).st_mtime_ns // 1_000_000
+
+    def size(self, fd: int) -> int:
+        return os.fstat(fd).st_size
+
+    def pread(self, fd: int, length: int, offset: int) -> bytes:
+        return os.pread(fd, length, offset)
+
+    def pwrite(self, fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(fd, view, offset)
+            view = view[written:]
+            offset += written
+
+    def truncate(self, fd: int, length: int) -> None:
+        os.ftruncate(fd, length)
+
+    def allocate(self, fd: int, offset: int, length: int) -> None:
+        """Reserve disk blocks so writes through a map can never hit a full disk.
+
+        A write into a sparse hole of a shared map that finds the disk full
+        kills the process with SIGBUS; reserving first turns that into an
+        ``ENOSPC`` here, where the partition can go offline cleanly.
+        """
+        os.posix_fallocate(fd, offset, length)
+
+    def fdatasync(self, fd: int) -> None:
+        os.fdatasync(fd)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def map(self, fd: int, length: int, *, write: bool) -> mmap.mmap:
+        access = mmap.ACCESS_WRITE if write else mmap.ACCESS_READ
+        return mmap.mmap(fd, length, access=access)
+
+    def unlink(self, path: Path) -> None:
+        os.unlink(path)
+
+    def fsync_dir(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def write_file_atomic(self, path: Path, data: bytes) -> None:
+        """Replace ``path`` with ``data`` so that a crash leaves the old or the new file."""
+        tmp = path.with_name(path.name + ".tmp")
+        fd = self.open(tmp, create=True)
+        try:
+            self.truncate(fd, 0)
+            self.pwrite(fd, data, 0)
+            self.fsync(fd)
+        finally:
+            self.close(fd)
+        os.replace(tmp, path)
+        self.fsync_dir(path.parent)
+
+
+DEFAULT_IO = FileIO()

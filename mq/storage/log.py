@@ -1,0 +1,582 @@
+"""The log of one partition: ordered segments, append, roll, read, retention, recovery.
+
+Directory ``<data>/<topic>-<partition>/`` holds the segments (see
+:mod:`mq.storage.segment`) and ``recovery.checkpoint`` (see
+:mod:`mq.storage.checkpoint`).
+
+Durability is split in two so that a sync never blocks the event loop:
+:meth:`Log.begin_flush` (fast, on the owner's thread) snapshots what must reach
+the disk into a :class:`FlushJob`; ``job.run()`` does the blocking syncs and can
+run in a worker thread while appends continue; :meth:`Log.end_flush` records
+the result. :meth:`Log.flush` does all three in a row.
+
+A failed write or sync is sticky: the log raises :class:`StorageError` from
+then on, for appends and reads alike, until it is reopened (which recovers it).
+
+Thread safety: one owner (the partition's :class:`~mq.storage.writer.LogWriter`)
+calls every method; only ``FlushJob.run`` may run on another thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from mq.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    StorageError,
+)
+from mq.storage.batch import NO_TIMESTAMP, BatchHeader, iter_batches, validate_produced
+from mq.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from mq.storage.config import LogConfig
+from mq.storage.fileio import DEFAULT_IO, FileIO
+from mq.storage.records import decode_records
+from mq.storage.segment import MAX_RELATIVE_OFFSET, Segment, Slice
+
+log = logging.getLogger(__name__)
+
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
+_DERIVED_FILE = re.compile(r"^(\d{20})\.(index|timeindex)$")
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class AppendInfo(NamedTuple):
+    """Where an append landed."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    batches: int
+    size: int
+
+
+@dataclass
+class FlushJob:
+    """Blocking syncs snapshotted by :meth:`Log.begin_flush`; safe to run in a thread."""
+
+    directory: Path
+    io: FileIO
+    sealed: list[Segment]
+    active_fd: int | None
+    active_size: int
+    checkpoint: Checkpoint | None
+    error: OSError | None = field(default=None, init=False)
+
+    def run(self) -> None:
+        try:
+            for segment in self.sealed:
+                try:
+                    segment.sync()
+                except FileNotFoundError:
+                    pass  # deleted by retention meanwhile: nothing left to keep
+            if self.active_fd is not None:
+                self.io.fdatasync(self.active_fd)
+            if self.checkpoint is not None:
+                self.io.fsync_dir(self.directory)
+                write_checkpoint(self.directory, self.io, self.checkpoint)
+        except OSError as exc:
+            self.error = exc
+        finally:
+            if self.active_fd is not None:
+                self.io.close(self.active_fd)
+
+
+class Log:
+    """Segments of one partition, oldest first; the last one is active."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        io: FileIO,
+        clock: Callable[[], int],
+        segments: list[Segment],
+        log_start_offset: int,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self._io = io
+        self._clock = clock
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self.log_start_offset = max(log_start_offset, segments[0].base_offset)
+        self._unsynced: list[Segment] = []
+        self._active_synced = segments[-1].size
+        self._checkpointed = Checkpoint(segments[-1].base_offset, False, self.log_start_offset)
+        self._error: StorageError | None = None
+        self._opened_ms = clock()
+
+    # -- opening and recovery -------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig | None = None,
+        *,
+        io: FileIO = DEFAULT_IO,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> Log:
+        """Open (creating or recovering) the log in ``directory``.
+
+        Segments before the checkpoint's ``recover_from`` are trusted and only
+        their indexes are checked; every batch from there on is checked, and the
+        log is truncated at the first bad or partial one (later segments are
+        deleted), with a warning saying how many bytes were dropped.
+        """
+        config = config or LogConfig()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            checkpoint = read_checkpoint(directory, io)
+            segments = _open_segments(directory, config, io, checkpoint)
+            start = checkpoint.log_start_offset if checkpoint else 0
+            if not segments:
+                segments = [
+                    Segment.create(
+                        directory, start, io, config.index_interval_bytes, config.segment_bytes
+                    )
+                ]
+            else:
+                segments[-1].make_active(config.segment_bytes)
+            opened = cls(directory, config, io, clock, segments, start)
+            write_checkpoint(directory, io, opened._checkpointed)
+        except OSError as exc:
+            raise StorageError(f"{directory}: cannot open the log: {exc}") from exc
+        return opened
+
+    # -- properties -------------------------------------------------------------
+
+    @property
+    def next_offset(self) -> int:
+        """The log end offset: the offset the next appended record gets."""
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segments(self) -> list[Segment]:
+        return list(self._segments)
+
+    @property
+    def offline(self) -> StorageError | None:
+        """The error that took this log offline, or None."""
+        return self._error
+
+    # -- appending --------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview, *, leader_epoch: int = 0) -> AppendInfo:
+        """Append a producer's batches, assigning offsets from the log end.
+
+        Checks each batch (CRC, structure, size, timestamps) without decoding its
+        records, copies them into the active segment and rewrites their
+        baseOffset and leader epoch there. Not durable until a flush.
+        """
+        self._check_online()
+        headers = validate_produced(data, max_batch_bytes=self.config.max_message_bytes)
+        first = self.next_offset
+        count = sum(h.last_offset_delta + 1 for h in headers)
+        self._write(data, headers, first, first + count - 1, (first, leader_epoch))
+        return AppendInfo(
+            first, first + count - 1, max(h.max_timestamp for h in headers), len(headers), len(data)
+        )
+
+    def append_replicated(self, data: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append a leader's batches as they are (a follower keeps the leader's offsets)."""
+        self._check_online()
+        headers = list(iter_batches(data))
+        if not headers:
+            raise InvalidRecordError("no record batch to append")
+        expected = self.next_offset
+        for header in headers:
+            if header.base_offset < expected:
+                raise InvalidRecordError(
+                    f"replicated batch at offset {header.base_offset} is below {expected}"
+                )
+            if header.size > self.config.segment_bytes:
+                raise RecordTooLargeError(f"batch of {header.size} bytes exceeds segment.bytes")
+            expected = header.next_offset
+        first, last = headers[0].base_offset, headers[-1].last_offset
+        self._write(data, headers, first, last, None)
+        return AppendInfo(
+            first, last, max(h.max_timestamp for h in headers), len(headers), len(data)
+        )
+
+    def _write(
+        self,
+        data: bytes | bytearray | memoryview,
+        headers: list[BatchHeader],
+        first: int,
+        last: int,
+        assign: tuple[int, int] | None,
+    ) -> None:
+        if len(data) > self.config.segment_bytes:
+            raise RecordTooLargeError(f"{len(data)} bytes exceed segment.bytes")
+        try:
+            active = self._segments[-1]
+            if self._must_roll(active, len(data), last):
+                active = self._roll(first)
+            active.append(data, headers, assign)
+        except OSError as exc:
+            raise self._fail("append", exc) from exc
+
+    def _must_roll(self, active: Segment, size: int, last_offset: int) -> bool:
+        if active.size == 0:
+            return False
+        if size > active.room() or last_offset - active.base_offset > MAX_RELATIVE_OFFSET:
+            return True
+        # Age counts from when this process created or reopened the segment, not from
+        # record timestamps: producers' clocks (or replayed old data) must not make
+        # every batch roll a segment of its own.
+        return self._clock() - self._opened_ms >= self.config.segment_ms
+
+    def _roll(self, base_offset: int) -> Segment:
+        old = self._segments[-1]
+        old.seal()
+        self._unsynced.append(old)
+        new = Segment.create(
+            self.directory,
+            base_offset,
+            self._io,
+            self.config.index_interval_bytes,
+            self.config.segment_bytes,
+        )
+        self._segments.append(new)
+        self._bases.append(base_offset)
+        self._active_synced = 0
+        self._opened_ms = self._clock()
+        log.debug("%s: rolled to %s", self.directory.name, new)
+        return new
+
+    # -- durability -------------------------------------------------------------
+
+    def begin_flush(self) -> FlushJob | None:
+        """Snapshot what must be synced now (None when everything already is)."""
+        self._check_online()
+        active = self._segments[-1]
+        checkpoint = Checkpoint(active.base_offset, False, self.log_start_offset)
+        if not self._unsynced and active.size == self._active_synced:
+            if checkpoint == self._checkpointed:
+                return None
+        try:
+            fd = active.dup_fd() if active.size > self._active_synced else None
+        except OSError as exc:
+            raise self._fail("flush", exc) from exc
+        return FlushJob(
+            self.directory,
+            self._io,
+            list(self._unsynced),
+            fd,
+            active.size,
+            checkpoint if checkpoint != self._checkpointed else None,
+        )
+
+    def end_flush(self, job: FlushJob) -> None:
+        """Record a finished job; raises StorageError (and goes offline) if it failed."""
+        if job.error is not None:
+            raise self._fail("sync", job.error) from job.error
+        done = set(map(id, job.sealed))
+        self._unsynced = [s for s in self._unsynced if id(s) not in done]
+        active = self._segments[-1]
+        if job.active_fd is not None and active.active and active.size >= job.active_size:
+            self._active_synced = max(self._active_synced, job.active_size)
+        if job.checkpoint is not None:
+            self._checkpointed = job.checkpoint
+
+    def flush(self) -> None:
+        """Sync everything appended so far (blocking)."""
+        job = self.begin_flush()
+        if job is not None:
+            job.run()
+            self.end_flush(job)
+
+    @property
+    def has_unsynced_segments(self) -> bool:
+        """Rolled segments wait for a sync before the checkpoint can pass them."""
+        return bool(self._unsynced)
+
+    @property
+    def unflushed_bytes(self) -> int:
+        return self._segments[-1].size - self._active_synced + sum(s.size for s in self._unsynced)
+
+    # -- reading ----------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, upper_bound: int | None = None) -> Slice | None:
+        """Whole batches from the one holding ``offset``, all below ``upper_bound``.
+
+        ``upper_bound`` is the high watermark for consumers and the log end
+        (the default) for followers. Returns at least one batch when one
+        qualifies, even if it is larger than ``max_bytes``; None when there is
+        nothing to read yet. Raises OffsetOutOfRangeError outside
+        ``[log_start_offset, next_offset]`` and CorruptRecordError for a batch
+        that fails its CRC.
+        """
+        self._check_online()
+        end = self.next_offset
+        if offset < self.log_start_offset or offset > end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.log_start_offset}, {end}] "
+                f"of {self.directory.name}"
+            )
+        bound = end if upper_bound is None else min(upper_bound, end)
+        if offset >= bound:
+            return None
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        try:
+            for segment in self._segments[i:]:
+                found = segment.read(offset, max_bytes, bound)
+                if found is not None:
+                    return found
+        except OSError as exc:
+            raise self._fail("read", exc) from exc
+        return None
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record stamped at or after ``timestamp``."""
+        self._check_online()
+        for segment in self._segments:
+            header = segment.find_timestamp(timestamp)
+            if header is None:
+                continue
+            found = segment.read(header.base_offset, 1, header.next_offset)
+            if found is None:
+                continue
+            for record in decode_records(found.data):
+                if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
+                    return record.offset, record.timestamp
+        return None
+
+    # -- retention and truncation -----------------------------------------------
+
+    def enforce_retention(self) -> int:
+        """Delete closed segments past ``retention.ms`` or over ``retention.bytes``.
+
+        Only whole segments from the oldest end go, never the active one.
+        Returns how many were deleted.
+        """
+        self._check_online()
+        cfg = self.config
+        now = self._clock()
+        active = self._segments[-1]
+        if (
+            active.size
+            and cfg.retention_ms is not None
+            and now - self._newest_ms(active) > cfg.retention_ms
+        ):
+            try:  # everything expired: roll, so that the old active segment can go too
+                self._roll(active.next_offset)
+            except OSError as exc:
+                raise self._fail("roll", exc) from exc
+        total = self.size_bytes
+        doomed = 0
+        for segment in self._segments[:-1]:
+            too_old = (
+                cfg.retention_ms is not None and now - self._newest_ms(segment) > cfg.retention_ms
+            )
+            too_big = (
+                cfg.retention_bytes is not None and total - segment.size >= cfg.retention_bytes
+            )
+            if not (too_old or too_big):
+                break
+            total -= segment.size
+            doomed += 1
+        if doomed:
+            self._delete_oldest(doomed)
+        return doomed
+
+    def _newest_ms(self, segment: Segment) -> int:
+        if segment.max_timestamp != NO_TIMESTAMP:
+            return segment.max_timestamp
+        return self._io.mtime_ms(segment.path)
+
+    def advance_log_start(self, offset: int) -> None:
+        """Hide everything below ``offset`` (delete-records); whole segments below it go."""
+        self._check_online()
+        if offset <= self.log_start_offset:
+            return
+        if offset > self.next_offset:
+            raise OffsetOutOfRangeError(f"{offset} is past the log end {self.next_offset}")
+        self.log_start_offset = offset
+        doomed = 0
+        for segment in self._segments[:-1]:
+            if segment.next_offset > offset:
+                break
+            doomed += 1
+        self._delete_oldest(doomed)
+
+    def _delete_oldest(self, count: int) -> None:
+        try:
+            for segment in self._segments[:count]:
+                segment.delete()
+                log.info("%s: deleted segment %s", self.directory.name, segment)
+        except OSError as exc:
+            raise self._fail("delete", exc) from exc
+        self._unsynced = [s for s in self._unsynced if s not in self._segments[:count]]
+        del self._segments[:count]
+        del self._bases[:count]
+        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch at or after ``offset`` (a follower diverging from its leader).
+
+        Truncation lands on a batch boundary at or below ``offset``.
+        """
+        self._check_online()
+        if offset >= self.next_offset:
+            return
+        try:
+            if offset <= self.log_start_offset:
+                for segment in self._segments:
+                    segment.delete()
+                new = Segment.create(
+                    self.directory,
+                    offset,
+                    self._io,
+                    self.config.index_interval_bytes,
+                    self.config.segment_bytes,
+                )
+                self._segments, self._bases = [new], [offset]
+                self._unsynced = []
+                self.log_start_offset = offset
+            else:
+                i = bisect_right(self._bases, offset - 1) - 1
+                for segment in self._segments[i + 1 :]:
+                    segment.delete()
+                del self._segments[i + 1 :]
+                del self._bases[i + 1 :]
+                keep = self._segments[i]
+                self._unsynced = [
+                    s for s in self._unsynced if s is not keep and s in self._segments
+                ]
+                if not keep.active:
+                    keep.make_active(self.config.segment_bytes)
+                keep.truncate_to(offset)
+            self._active_synced = 0
+            # recovery must re-check the truncated segment after a crash from now on
+            self._checkpointed = Checkpoint(
+                self._segments[-1].base_offset, False, self.log_start_offset
+            )
+            write_checkpoint(self.directory, self._io, self._checkpointed)
+        except OSError as exc:
+            raise self._fail("truncate", exc) from exc
+
+    # -- closing ----------------------------------------------------------------
+
+    def close(self) -> None:
+        """Sync, trim the active segment and mark the log clean (nothing to recover)."""
+        if self._error is not None:
+            for segment in self._segments:
+                segment.abandon()
+            return
+        try:
+            self.flush()
+            active = self._segments[-1]
+            active.seal()
+            active.sync()
+            for segment in self._segments:
+                segment.close()
+            write_checkpoint(
+                self.directory,
+                self._io,
+                Checkpoint(active.base_offset, True, self.log_start_offset),
+            )
+        except OSError as exc:
+            raise self._fail("close", exc) from exc
+
+    # -- errors -----------------------------------------------------------------
+
+    def _check_online(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _fail(self, operation: str, exc: OSError) -> StorageError:
+        if self._error is None:
+            self._error = StorageError(
+                f"partition {self.directory.name} is offline: {operation} failed: {exc}"
+            )
+            log.error("%s", self._error)
+        return self._error
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.directory.name}, [{self.log_start_offset}, {self.next_offset}), "
+            f"{len(self._segments)} segments)"
+        )
+
+
+def _open_segments(
+    directory: Path, config: LogConfig, io: FileIO, checkpoint: Checkpoint | None
+) -> list[Segment]:
+    """Open every segment in ``directory``, recovering those after the checkpoint."""
+    bases = []
+    for path in directory.iterdir():
+        if m := _SEGMENT_FILE.match(path.name):
+            bases.append(int(m.group(1)))
+        elif path.name.endswith(".tmp"):
+            io.unlink(path)
+    bases.sort()
+    stems = {f"{b:020d}" for b in bases}
+    for path in directory.iterdir():
+        if (m := _DERIVED_FILE.match(path.name)) and m.group(1) not in stems:
+            io.unlink(path)  # an index without its log is left from a deletion
+    clean = checkpoint is not None and checkpoint.clean
+    recover_from = checkpoint.recover_from if checkpoint else -1
+    interval = config.index_interval_bytes
+    segments: list[Segment] = []
+    expected: int | None = None
+    for n, base in enumerate(bases):
+        if expected is not None and base < expected:
+            _drop(directory, io, bases[n:], f"segment {base} overlaps offsets before {expected}")
+            break
+        segment: Segment | None = None
+        if clean or base < recover_from:
+            try:
+                segment = Segment.open_trusted(directory, base, io, interval)
+            except CorruptRecordError as exc:
+                log.warning(
+                    "%s: segment %d fails its header walk (%s); recovering it",
+                    directory.name,
+                    base,
+                    exc,
+                )
+        if segment is None:
+            segment, dropped, why = Segment.recover(directory, base, io, interval, base)
+            if dropped:
+                log.warning(
+                    "%s: recovery dropped %d bytes of segment %d at byte %d (%s)",
+                    directory.name,
+                    dropped,
+                    base,
+                    segment.size,
+                    why or "partial batch",
+                )
+            if why is not None or dropped:
+                segments.append(segment)
+                _drop(directory, io, bases[n + 1 :], "they follow a damaged batch")
+                break
+        segments.append(segment)
+        expected = segment.next_offset
+    return segments
+
+
+def _drop(directory: Path, io: FileIO, bases: list[int], why: str) -> None:
+    for base in bases:
+        log.warning("%s: deleting segment %d: %s", directory.name, base, why)
+        for suffix in (".log", ".index", ".timeindex"):
+            try:
+                io.unlink(directory / f"{base:020d}{suffix}")
+            except FileNotFoundError:
+                pass

@@ -1,0 +1,476 @@
+"""One segment: a ``.log`` file of batches laid back to back, and its two indexes.
+
+Files are named by the segment's base offset, 20 digits zero-padded:
+``00000000000000000042.log``, ``.index``, ``.timeindex``.
+
+The *active* segment (the last of a log) is preallocated to ``segment.bytes``
+as a sparse file and mapped writable; an append is a slice copy into the map.
+Disk blocks are reserved (``fallocate``) a little ahead of the write position,
+so a full disk shows up as ``ENOSPC`` at the reservation and never as SIGBUS
+inside the copy. Sealing a segment (on roll or close) trims the file to its
+written length and writes the indexes out. Sealed segments are mapped
+read-only on first read.
+
+Thread safety: a segment has one writer, its :class:`~mq.storage.log.Log`;
+reads may run between writes on the same thread. Nothing here syncs data on
+its own: :meth:`sync` does, when the log's flush policy says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+from pathlib import Path
+from typing import NamedTuple
+
+from mq.errors import CorruptRecordError
+from mq.storage.batch import (
+    HEADER_SIZE,
+    NO_TIMESTAMP,
+    BatchHeader,
+    check_batch,
+    parse_header,
+    scan,
+    set_offset_and_epoch,
+)
+from mq.storage.fileio import FileIO
+from mq.storage.index import OffsetIndex, TimeIndex
+
+log = logging.getLogger(__name__)
+
+MAX_RELATIVE_OFFSET = 2**32 - 1
+"""Index entries keep offsets relative to the segment's base as u32."""
+RESERVE_AHEAD = 8 << 20
+"""Disk blocks reserved past the write position: one fallocate per 8 MiB appended."""
+ZERO_CHUNK = 1 << 20
+
+
+def segment_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+class Slice(NamedTuple):
+    """Whole batches read from one segment."""
+
+    data: memoryview
+    """Read-only view of the batches; valid while the segment's map lives."""
+    first_offset: int
+    """Base offset of the first batch in ``data``."""
+    next_offset: int
+    """Offset after the last batch in ``data``."""
+
+
+class Segment:
+    """A ``.log`` file, its offset index and its time index."""
+
+    def __init__(self, directory: Path, base_offset: int, io: FileIO, index_interval: int) -> None:
+        self.base_offset = base_offset
+        self.path = directory / segment_name(base_offset, ".log")
+        self.offset_index = OffsetIndex(directory / segment_name(base_offset, ".index"), io)
+        self.time_index = TimeIndex(directory / segment_name(base_offset, ".timeindex"), io)
+        self._io = io
+        self._index_interval = index_interval
+        self.size = 0
+        self.next_offset = base_offset
+        self.max_timestamp = NO_TIMESTAMP
+        self.active = False
+
+        self._fd: int | None = None
+        self._map: mmap.mmap | None = None
+        self._map_length = 0
+        self._reserved = 0
+        self._since_index = 0
+
+    # -- opening ----------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, directory: Path, base_offset: int, io: FileIO, index_interval: int, capacity: int
+    ) -> Segment:
+        """A new, empty active segment."""
+        seg = cls(directory, base_offset, io, index_interval)
+        seg._fd = io.open(seg.path, create=True)
+        seg._map_active(capacity)
+        return seg
+
+    @classmethod
+    def open_trusted(
+        cls, directory: Path, base_offset: int, io: FileIO, index_interval: int
+    ) -> Segment:
+        """Open a segment written before the last recovery checkpoint.
+
+        Its data is trusted; its index files are checked and rebuilt when they
+        do not match. Raises CorruptRecordError when even a header walk fails,
+        so the log can recover this segment by a full scan instead.
+        """
+        seg = cls(directory, base_offset, io, index_interval)
+        fd = io.open(seg.path, write=False)
+        try:
+            seg.size = io.size(fd)
+            if seg.size:
+                seg._map = io.map(fd, seg.size, write=False)
+                seg._map_length = seg.size
+        finally:
+            io.close(fd)
+        if not seg._load_indexes():
+            log.info("rebuilding indexes of %s", seg.path)
+            seg._rebuild_indexes()
+        return seg
+
+    @classmethod
+    def recover(
+        cls,
+        directory: Path,
+        base_offset: int,
+        io: FileIO,
+        index_interval: int,
+        expected_offset: int,
+    ) -> tuple[Segment, int, str | None]:
+        """Open a segment from after the recovery checkpoint: check every batch.
+
+        Keeps the valid prefix, truncates the file there and rebuilds the
+        indexes. Returns the segment, the number of bytes dropped and why the
+        scan stopped (None when the data simply ended).
+        """
+        seg = cls(directory, base_offset, io, index_interval)
+        fd = io.open(seg.path)
+        try:
+            file_size = io.size(fd)
+            view: mmap.mmap | None = io.map(fd, file_size, write=False) if file_size else None
+            result = scan(view or b"", expected_offset=expected_offset)
+            dropped = _nonzero_end(view, result.valid_bytes) - result.valid_bytes if view else 0
+            if view is not None:
+                view.close()
+            if result.valid_bytes != file_size:
+                io.truncate(fd, result.valid_bytes)
+            io.fsync(fd)  # what was read may have been only in the page cache
+        finally:
+            io.close(fd)
+        seg.offset_index.mark_rewrite()
+        seg.time_index.mark_rewrite()
+        seg.size = result.valid_bytes
+        if seg.size:
+            fd = io.open(seg.path, write=False)
+            try:
+                seg._map = io.map(fd, seg.size, write=False)
+                seg._map_length = seg.size
+            finally:
+                io.close(fd)
+        seg._rebuild_indexes()
+        return seg, dropped, result.error
+
+    def make_active(self, capacity: int) -> None:
+        """Reopen a sealed segment for appends (the last segment after a restart)."""
+        self._release_map()
+        self._fd = self._io.open(self.path)
+        self._map_active(capacity)
+
+    def _map_active(self, capacity: int) -> None:
+        assert self._fd is not None
+        self._io.truncate(self._fd, capacity)
+        self._map = self._io.map(self._fd, capacity, write=True)
+        self._map_length = capacity
+        self._reserved = self.size
+        self.active = True
+
+    # -- indexes ----------------------------------------------------------------
+
+    def _index_batch(self, position: int, header: BatchHeader) -> None:
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+        if self._since_index >= self._index_interval:
+            rel = header.base_offset - self.base_offset
+            self.offset_index.append(rel, position)
+            if self.max_timestamp > self.time_index.max_timestamp:
+                self.time_index.append(self.max_timestamp, rel)
+            self._since_index = 0
+        self._since_index += header.size
+        self.next_offset = header.next_offset
+
+    def _rebuild_indexes(self) -> None:
+        self.offset_index.clear()
+        self.time_index.clear()
+        self.offset_index.mark_rewrite()
+        self.time_index.mark_rewrite()
+        self.max_timestamp = NO_TIMESTAMP
+        self.next_offset = self.base_offset
+        self._since_index = 0
+        buf = self._map
+        pos = 0
+        while pos < self.size:
+            assert buf is not None
+            header = self._header_at(pos)
+            self._index_batch(pos, header)
+            pos += header.size
+        self._add_final_time_entry()
+
+    def _header_at(self, pos: int) -> BatchHeader:
+        """The header at ``pos``, checked only for fitting in the segment."""
+        assert self._map is not None
+        if self.size - pos < HEADER_SIZE:
+            raise CorruptRecordError(f"{self.path}: partial batch header at byte {pos}")
+        header = parse_header(self._map, pos)
+        if header.size < HEADER_SIZE or pos + header.size > self.size:
+            raise CorruptRecordError(f"{self.path}: bad batch length at byte {pos}")
+        return header
+
+    def _add_final_time_entry(self) -> None:
+        """Record the segment's max timestamp, so a reopened segment knows it exactly."""
+        if self.max_timestamp > self.time_index.max_timestamp:
+            assert self._map is not None
+            last_rel = self._last_batch_relative_offset()
+            self.time_index.append(self.max_timestamp, last_rel)
+
+    def _last_batch_relative_offset(self) -> int:
+        pos = self.offset_index.position_for(MAX_RELATIVE_OFFSET)
+        rel = 0
+        while pos < self.size:
+            header = self._header_at(pos)
+            rel = header.base_offset - self.base_offset
+            pos += header.size
+        return rel
+
+    def _load_indexes(self) -> bool:
+        """Load index files if they agree with the log; set next offset and max timestamp."""
+        if not (self.offset_index.read_file() and self.time_index.read_file()):
+            return False
+        if not self.offset_index.plausible(self.size) or not self.time_index.increasing():
+            return False
+        pos = self.offset_index.position_for(MAX_RELATIVE_OFFSET)
+        rel = self.offset_index.keys[-1] if len(self.offset_index) else None
+        next_offset = self.base_offset
+        last_rel = 0
+        try:
+            while pos < self.size:
+                header = self._header_at(pos)
+                if rel is not None and header.base_offset != self.base_offset + rel:
+                    return False
+                rel = None
+                last_rel = header.base_offset - self.base_offset
+                next_offset = header.next_offset
+                pos += header.size
+        except CorruptRecordError:
+            return False
+        if self.size and (not len(self.time_index) or self.time_index.values[-1] > last_rel):
+            return False
+        self.next_offset = next_offset
+        self.max_timestamp = self.time_index.max_timestamp
+        self._since_index = 0
+        return True
+
+    # -- writing ----------------------------------------------------------------
+
+    def room(self) -> int:
+        return self._map_length - self.size if self.active else 0
+
+    def append(
+        self,
+        data: bytes | bytearray | memoryview,
+        headers: list[BatchHeader],
+        assign: tuple[int, int] | None,
+    ) -> None:
+        """Copy checked batches to the end of the segment.
+
+        ``assign`` is ``(first_offset, leader_epoch)`` on a leader, which
+        rewrites each batch's baseOffset and epoch in the map (the CRC does not
+        cover them); None on a follower, which keeps the leader's offsets.
+        """
+        assert self.active and self._map is not None
+        pos = self.size
+        end = pos + len(data)
+        if end > self._reserved:
+            self._reserve(end)
+        self._map[pos:end] = data
+        offset = assign[0] if assign else 0
+        for header in headers:
+            if assign is not None:
+                set_offset_and_epoch(self._map, pos, offset, assign[1])
+                header = header._replace(base_offset=offset, leader_epoch=assign[1])
+                offset += header.last_offset_delta + 1
+            self._index_batch(pos, header)
+            pos += header.size
+        self.size = end
+
+    def _reserve(self, end: int) -> None:
+        assert self._fd is not None
+        target = min(self._map_length, end + RESERVE_AHEAD)
+        self._io.allocate(self._fd, self._reserved, target - self._reserved)
+        self._reserved = target
+
+    def sync(self) -> None:
+        """Make the data durable (blocking; safe in a worker thread).
+
+        An active segment syncs its data; a sealed one its trimmed file and
+        its index files, since recovery will trust them from now on.
+        """
+        if self._fd is not None:
+            self._io.fdatasync(self._fd)
+            return
+        for path in (self.path, self.offset_index.path, self.time_index.path):
+            fd = self._io.open(path, write=False)
+            try:
+                self._io.fsync(fd)
+            finally:
+                self._io.close(fd)
+
+    def dup_fd(self) -> int:
+        """A descriptor of the active file that a sync job owns (and closes)."""
+        assert self._fd is not None
+        return self._io.dup(self._fd)
+
+    def persist_indexes(self) -> None:
+        self.offset_index.persist()
+        self.time_index.persist()
+
+    def seal(self) -> None:
+        """Stop appending: trim the file to its data and write out the indexes.
+
+        The data is not synced here; the log syncs sealed segments before it
+        moves its recovery checkpoint past them.
+        """
+        if not self.active:
+            return
+        assert self._fd is not None
+        self._add_final_time_entry()
+        self._io.truncate(self._fd, self.size)
+        self._io.close(self._fd)
+        self._fd = None
+        self.active = False
+        self.persist_indexes()
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every batch holding an offset >= ``offset`` (the segment stays active)."""
+        assert self.active
+        pos = self.position_of(offset)
+        assert self._map is not None
+        self._map[pos : self.size] = bytes(self.size - pos)
+        self.size = pos
+        self._rebuild_indexes()
+
+    # -- reading ----------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, upper_bound: int) -> Slice | None:
+        """Whole batches from the one holding ``offset``, below ``upper_bound``.
+
+        Returns at least one batch (even if larger than ``max_bytes``) when one
+        qualifies, None when no batch at or after ``offset`` is below the bound.
+        Every returned batch has passed its CRC check.
+        """
+        buf = self._mapped()
+        if buf is None:
+            return None
+        pos = self.offset_index.position_for(offset - self.base_offset)
+        size = self.size
+        while pos < size:
+            header = self._header_at(pos)
+            if header.next_offset > offset:
+                break
+            pos += header.size
+        start = pos
+        first = -1
+        next_offset = offset
+        while pos < size:
+            try:
+                header = check_batch(buf, pos, size)
+            except CorruptRecordError as exc:
+                if pos > start:
+                    break
+                raise CorruptRecordError(f"{self.path} at byte {pos}: {exc}") from None
+            if header.next_offset > upper_bound or (
+                pos > start and pos + header.size - start > max_bytes
+            ):
+                break
+            if first < 0:
+                first = header.base_offset
+            next_offset = header.next_offset
+            pos += header.size
+        if pos == start:
+            return None
+        return Slice(memoryview(buf)[start:pos].toreadonly(), first, next_offset)
+
+    def find_timestamp(self, timestamp: int) -> BatchHeader | None:
+        """Header of the first batch whose maxTimestamp >= ``timestamp``, if any."""
+        if self.max_timestamp < timestamp or self._mapped() is None:
+            return None
+        rel = self.time_index.start_offset_for(timestamp)
+        pos = self.offset_index.position_for(rel)
+        while pos < self.size:
+            header = self._header_at(pos)
+            if header.max_timestamp >= timestamp:
+                return header
+            pos += header.size
+        return None
+
+    def position_of(self, offset: int) -> int:
+        """Byte position of the batch holding ``offset`` (or the end of the data)."""
+        pos = self.offset_index.position_for(offset - self.base_offset)
+        while pos < self.size:
+            header = self._header_at(pos)
+            if header.next_offset > offset:
+                return pos
+            pos += header.size
+        return self.size
+
+    def _mapped(self) -> mmap.mmap | None:
+        if self._map is None and self.size:
+            fd = self._io.open(self.path, write=False)
+            try:
+                self._map = self._io.map(fd, self.size, write=False)
+                self._map_length = self.size
+            finally:
+                self._io.close(fd)
+        return self._map
+
+    # -- closing ----------------------------------------------------------------
+
+    def close(self) -> None:
+        self.seal()
+        self._release_map()
+
+    def _release_map(self) -> None:
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                pass  # a reader still holds a view; the map goes when the view does
+            self._map = None
+
+    def abandon(self) -> None:
+        """Let go of the file without writing anything (the log is offline)."""
+        if self._fd is not None:
+            try:
+                self._io.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+        self.active = False
+        self._release_map()
+
+    def delete(self) -> None:
+        """Remove the segment's files (a reader's view keeps the data until released)."""
+        if self._fd is not None:
+            self._io.close(self._fd)
+            self._fd = None
+        self.active = False
+        self._release_map()
+        for path in (self.path, self.offset_index.path, self.time_index.path):
+            try:
+                self._io.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else "sealed"
+        return f"Segment({self.base_offset}..{self.next_offset}, {self.size} B, {state})"
+
+
+def _nonzero_end(buf: mmap.mmap, start: int) -> int:
+    """Position after the last non-zero byte at or after ``start`` (``start`` if none)."""
+    end = len(buf)
+    while end > start:
+        lo = max(start, end - ZERO_CHUNK)
+        chunk = buf[lo:end].rstrip(b"\0")
+        if chunk:
+            return lo + len(chunk)
+        end = lo
+    return start

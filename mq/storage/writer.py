@@ -1,0 +1,210 @@
+"""The one asyncio task that appends to a partition's log (group commit).
+
+Producers, followers and maintenance all go through :class:`LogWriter`: each
+call queues a request and awaits its future. The task wakes, takes *every*
+pending request, applies them in arrival order, then applies the flush policy
+once for the whole drain, and only then completes the futures:
+
+* ``always``: one sync (in a worker thread) covers the whole drain; requests
+  that arrive while it runs form the next drain. Acknowledged means on disk.
+* ``interval``: futures complete right after the copy into the mapped segment
+  (the page cache: safe from ``kill -9``); a background sync runs at most
+  ``flush.ms`` after the first unsynced append.
+* ``never``: as ``interval`` but with no timed sync; rolled segments are still
+  synced in the background so that the recovery checkpoint moves on.
+
+Syncs never block the event loop. A failed write or sync takes the log offline
+(sticky :class:`~mq.errors.StorageError`); the writers of other partitions are
+untouched.
+
+Thread safety: an instance belongs to one event loop; call it from that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from mq.errors import MQError, StorageError
+from mq.storage.config import FlushPolicy
+from mq.storage.log import AppendInfo, Log
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_APPEND = 0
+_REPLICATED = 1
+_CALL = 2
+
+
+class LogWriter:
+    """Serialises every mutation of one :class:`Log` through a single task."""
+
+    def __init__(self, log: Log, *, on_append: Callable[[AppendInfo], None] | None = None) -> None:
+        self.log = log
+        self._on_append = on_append
+        self._pending: deque[tuple[int, Any, int, asyncio.Future[Any]]] = deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._flush_task: asyncio.Task[None] | None = None
+        self._flush_timer: asyncio.TimerHandle | None = None
+        self._flush_requested = False
+        self._flush_again = False
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"log-writer-{self.log.directory.name}"
+            )
+
+    async def append(
+        self, data: bytes | bytearray | memoryview, *, leader_epoch: int = 0
+    ) -> AppendInfo:
+        """Append a producer's batches; returns once the flush policy is met."""
+        result: AppendInfo = await self._submit(_APPEND, data, leader_epoch)
+        return result
+
+    async def append_replicated(self, data: bytes | bytearray | memoryview) -> AppendInfo:
+        """Append a leader's batches keeping their offsets (follower side)."""
+        result: AppendInfo = await self._submit(_REPLICATED, data, 0)
+        return result
+
+    async def call(self, fn: Callable[[Log], T]) -> T:
+        """Run ``fn(log)`` in the writer's order, e.g. retention or truncation."""
+        result: T = await self._submit(_CALL, fn, 0)
+        return result
+
+    async def flush(self) -> None:
+        """Sync everything appended so far, whatever the policy."""
+        await self._wait_background_flush()
+        await self._sync_now()
+
+    def _submit(self, kind: int, payload: Any, epoch: int) -> asyncio.Future[Any]:
+        if self._closing:
+            raise StorageError(f"partition {self.log.directory.name} is closing")
+        if self._task is None:
+            self.start()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((kind, payload, epoch, future))
+        self._wake.set()
+        return future
+
+    async def close(self) -> None:
+        """Finish queued requests, sync, and close the log cleanly."""
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+        await self._wait_background_flush()
+        await asyncio.get_running_loop().run_in_executor(None, self.log.close)
+
+    # -- the task ---------------------------------------------------------------
+
+    async def _run(self) -> None:
+        policy = self.log.config.flush
+        while True:
+            if self._flush_requested:
+                self._flush_requested = False
+                self._start_background_flush()
+            if not self._pending:
+                if self._closing:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            drained, self._pending = self._pending, deque()
+            outcomes, appended = self._apply(drained)
+            if appended and policy is FlushPolicy.ALWAYS:
+                try:
+                    await self._sync_now()
+                except StorageError as exc:
+                    outcomes = [
+                        (f, exc if not isinstance(r, BaseException) else r) for f, r in outcomes
+                    ]
+                    appended = []
+            for future, result in outcomes:
+                if future.done():
+                    continue
+                if isinstance(result, BaseException):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+            if self._on_append is not None:
+                for info in appended:
+                    self._on_append(info)
+            if appended:
+                self._schedule_flush(policy)
+
+    def _apply(
+        self, drained: deque[tuple[int, Any, int, asyncio.Future[Any]]]
+    ) -> tuple[list[tuple[asyncio.Future[Any], Any]], list[AppendInfo]]:
+        outcomes: list[tuple[asyncio.Future[Any], Any]] = []
+        appended: list[AppendInfo] = []
+        log_ = self.log
+        for kind, payload, epoch, future in drained:
+            if future.cancelled():
+                continue
+            try:
+                if kind == _APPEND:
+                    info = log_.append(payload, leader_epoch=epoch)
+                    appended.append(info)
+                    outcomes.append((future, info))
+                elif kind == _REPLICATED:
+                    info = log_.append_replicated(payload)
+                    appended.append(info)
+                    outcomes.append((future, info))
+                else:
+                    outcomes.append((future, payload(log_)))
+            except MQError as exc:
+                outcomes.append((future, exc))
+            except Exception as exc:  # a bug must fail its caller, not the partition's task
+                log.exception("%s: unexpected error in the writer", log_.directory.name)
+                outcomes.append((future, exc))
+        return outcomes, appended
+
+    # -- flushing ---------------------------------------------------------------
+
+    async def _sync_now(self) -> None:
+        job = self.log.begin_flush()
+        if job is not None:
+            await asyncio.get_running_loop().run_in_executor(None, job.run)
+            self.log.end_flush(job)
+
+    def _schedule_flush(self, policy: FlushPolicy) -> None:
+        if policy is FlushPolicy.INTERVAL:
+            if self._flush_timer is None:
+                delay = self.log.config.flush_ms / 1000
+                self._flush_timer = asyncio.get_running_loop().call_later(delay, self._flush_due)
+        elif policy is FlushPolicy.NEVER and self.log.has_unsynced_segments:
+            self._flush_due()
+
+    def _flush_due(self) -> None:
+        self._flush_timer = None
+        self._flush_requested = True
+        self._wake.set()
+
+    def _start_background_flush(self) -> None:
+        if self._flush_task is not None and not self._flush_task.done():
+            self._flush_again = True  # one sync at a time; go again when it ends
+            return
+        self._flush_task = asyncio.get_running_loop().create_task(self._background_flush())
+
+    async def _background_flush(self) -> None:
+        try:
+            await self._sync_now()
+        except StorageError:
+            return  # the log is offline now and says so to every later request
+        if self._flush_again:
+            self._flush_again = False
+            self._flush_due()
+
+    async def _wait_background_flush(self) -> None:
+        if self._flush_task is not None:
+            await self._flush_task
