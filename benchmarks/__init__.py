@@ -1,0 +1,1 @@
+"""Benchmarks of mq (see ../shared/BENCHMARKS.md); run each as ``python -m benchmarks.NAME``."""
