@@ -35,7 +35,7 @@ from pathlib import Path
 from mq.storage.batch import parse_header
 from mq.storage.config import FlushPolicy, LogConfig
 from mq.storage.log import Log
-from mq.storage.records import build_batch
+from mq.storage.records import RecordInput, build_batch
 from mq.storage.writer import LogWriter
 
 MiB = 1 << 20
@@ -86,7 +86,7 @@ def make_batch(record_bytes: int, batch_bytes: int) -> tuple[bytes, int]:
     """One producer batch of ``record_bytes`` records filling about ``batch_bytes``."""
     count = max(1, batch_bytes // (record_bytes + 10))
     now = time.time_ns() // 1_000_000
-    records = [(None, os.urandom(record_bytes), [], now) for _ in range(count)]
+    records: list[RecordInput] = [(None, os.urandom(record_bytes), [], now) for _ in range(count)]
     return build_batch(records), count
 
 
@@ -182,9 +182,8 @@ def report(
         f"batches of ~{batch_bytes // 1024} KiB, {APPENDERS} concurrent appenders, "
         f"median of {len(figures[0].seconds)} runs"
     )
-    out(
-        f"{'workload':<10} {'setting':<20} {'record':>7} {'MB/s':>9} {'records/s':>12} {'vs raw':>7}"
-    )
+    columns = ("workload", "setting", "record", "MB/s", "records/s", "vs raw")
+    out("{:<10} {:<20} {:>7} {:>9} {:>12} {:>7}".format(*columns))
     for f in figures:
         rec = f"{f.record_bytes} B" if f.record_bytes else "-"
         rps = f"{f.records_per_s:,.0f}" if f.records else "-"
