@@ -276,7 +276,10 @@ def scan(
     next_offset = expected_offset
     max_ts = NO_TIMESTAMP
     while pos < stop:
-        if stop - pos >= LOG_OVERHEAD and _LENGTH.unpack_from(buf, pos) == (0, 0):
+        left = stop - pos
+        if (left >= LOG_OVERHEAD and _LENGTH.unpack_from(buf, pos) == (0, 0)) or (
+            left < LOG_OVERHEAD and not any(buf[pos:stop])
+        ):
             return ScanResult(pos - start, count, next_offset, max_ts, None)
         try:
             header = check_batch(buf, pos, stop)

@@ -1,0 +1,56 @@
+"""The ``mq`` command: one click group assembling subcommands that live in their own modules.
+
+Each area of the command line is a module with its own group or command
+(:mod:`cli.storage` holds the storage admin tools); this module only sets up
+what every command shares, ``--version`` and ``-v`` logging, and adds them.
+The console script ``mq`` (see ``setup.cfg``) and ``python -m cli.main`` both
+run :func:`main`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+import mq
+from cli.storage import storage
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _ClickHandler(logging.Handler):
+    """Writes log lines through click to whatever stderr is current (as CliRunner swaps it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            click.echo(self.format(record), err=True)
+        except Exception:
+            self.handleError(record)
+
+
+def configure_logging(verbose: int) -> None:
+    """Warnings by default, info with ``-v``, debug with ``-vv``; idempotent."""
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if isinstance(h, _ClickHandler)]:
+        root.removeHandler(handler)
+    handler = _ClickHandler()
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(mq.__version__, "-V", "--version", prog_name="mq")
+@click.option("-v", "--verbose", count=True, help="Log more: -v for info, -vv for debug.")
+def main(verbose: int) -> None:
+    """mq: a durable, replicated message queue and log broker."""
+    configure_logging(verbose)
+
+
+main.add_command(storage)
+
+
+if __name__ == "__main__":
+    main()
