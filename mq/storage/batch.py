@@ -72,6 +72,7 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _BASE_OFFSET = struct.Struct(">q")
 _OFFSET_AND_EPOCH = struct.Struct(">qii")
 _LENGTH = struct.Struct(">qi")
+_CRC = struct.Struct(">I")
 
 Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
 WritableBuffer: TypeAlias = bytearray | memoryview | mmap.mmap
@@ -209,11 +210,22 @@ def _check_timestamps(header: BatchHeader, now_ms: int | None, skew_ms: int | No
         raise InvalidTimestampError(f"negative timestamp in batch ({base}, {top})")
     if top < base:
         raise InvalidTimestampError(f"maxTimestamp {top} is below baseTimestamp {base}")
-    if now_ms is not None and skew_ms is not None and base != NO_TIMESTAMP:
-        if abs(base - now_ms) > skew_ms or abs(top - now_ms) > skew_ms:
-            raise InvalidTimestampError(
-                f"timestamps ({base}, {top}) are more than {skew_ms} ms from now ({now_ms})"
-            )
+    if now_ms is None or skew_ms is None:
+        return
+    if any(ts != NO_TIMESTAMP and abs(ts - now_ms) > skew_ms for ts in (base, top)):
+        raise InvalidTimestampError(
+            f"timestamps ({base}, {top}) are more than {skew_ms} ms from now ({now_ms})"
+        )
+
+
+def write_header(buf: WritableBuffer, header: BatchHeader) -> None:
+    """Write ``header`` over the first 61 bytes of ``buf``, then its CRC over the rest.
+
+    ``header.crc`` is ignored: the CRC is computed from ``buf`` as it is after
+    the header is written, so the records must already be in place.
+    """
+    _HEADER.pack_into(buf, 0, *header)
+    _CRC.pack_into(buf, CRC_AT, compute_crc(buf))
 
 
 def set_base_offset(buf: WritableBuffer, pos: int, base_offset: int) -> None:
