@@ -115,3 +115,281 @@ class InvalidConfigError(MQError):
     code = 40
     name = "INVALID_CONFIG"
     default_message = "a configuration value is invalid"
+
+
+# -- protocol ------------------------------------------------------------------
+# Codes and names below are Kafka's (``org.apache.kafka.common.protocol.Errors``)
+# wherever mq returns the same condition.
+
+
+class UnsupportedVersionError(MQError):
+    """The broker does not know this API key, or not at this version (see api_versions)."""
+
+    code = 35
+    name = "UNSUPPORTED_VERSION"
+    default_message = "the api or api version is not supported by this broker"
+
+
+class ProtocolError(InvalidRequestError):
+    """Local: the peer broke the framing or envelope rules; close the connection.
+
+    Raised by the :mod:`mq.wire` decoders when a frame or an envelope cannot be
+    trusted (no correlation id to answer, or a response that does not parse).
+    It has no code of its own: on the wire it is INVALID_REQUEST (42).
+    """
+
+
+class FrameTooLargeError(ProtocolError):
+    """Local: a frame's length prefix is zero or above the receiver's bound."""
+
+    default_message = "the frame's length prefix is outside the accepted range"
+
+
+class NetworkError(MQError):
+    """Local (client): the connection broke before the response arrived."""
+
+    code = 13
+    name = "NETWORK_EXCEPTION"
+    retriable = True
+    default_message = "the connection to the broker was lost"
+
+
+class RequestTimedOutError(MQError):
+    code = 7
+    name = "REQUEST_TIMED_OUT"
+    retriable = True
+    default_message = "the request timed out"
+
+
+# -- topics and partitions -------------------------------------------------------
+
+
+class LeaderNotAvailableError(MQError):
+    code = 5
+    name = "LEADER_NOT_AVAILABLE"
+    retriable = True
+    default_message = "the partition has no leader right now (election in progress)"
+
+
+class NotLeaderOrFollowerError(MQError):
+    code = 6
+    name = "NOT_LEADER_OR_FOLLOWER"
+    retriable = True
+    default_message = "this broker is not the leader of the partition; refresh metadata"
+
+
+class InvalidTopicError(MQError):
+    code = 17
+    name = "INVALID_TOPIC_EXCEPTION"
+    default_message = "the topic name is invalid"
+
+
+class NotEnoughReplicasError(MQError):
+    code = 19
+    name = "NOT_ENOUGH_REPLICAS"
+    retriable = True
+    default_message = "fewer in-sync replicas than min.insync.replicas"
+
+
+class NotEnoughReplicasAfterAppendError(MQError):
+    code = 20
+    name = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+    retriable = True
+    default_message = "the batch was written but the in-sync replicas fell below the minimum"
+
+
+class TopicAlreadyExistsError(MQError):
+    code = 36
+    name = "TOPIC_ALREADY_EXISTS"
+    default_message = "the topic already exists"
+
+
+class InvalidPartitionsError(MQError):
+    code = 37
+    name = "INVALID_PARTITIONS"
+    default_message = "the number of partitions is invalid"
+
+
+class InvalidReplicationFactorError(MQError):
+    code = 38
+    name = "INVALID_REPLICATION_FACTOR"
+    default_message = "the replication factor is invalid or larger than the broker count"
+
+
+class NotControllerError(MQError):
+    code = 41
+    name = "NOT_CONTROLLER"
+    retriable = True
+    default_message = "this broker is not the controller"
+
+
+class FencedLeaderEpochError(MQError):
+    code = 74
+    name = "FENCED_LEADER_EPOCH"
+    retriable = True
+    default_message = "the request's leader epoch is older than the partition's"
+
+
+class UnknownLeaderEpochError(MQError):
+    code = 75
+    name = "UNKNOWN_LEADER_EPOCH"
+    retriable = True
+    default_message = "the request's leader epoch is newer than this broker knows"
+
+
+# -- idempotent producer -----------------------------------------------------------
+
+
+class OutOfOrderSequenceError(MQError):
+    code = 45
+    name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    default_message = "the batch's sequence number does not follow the last one written"
+
+
+class DuplicateSequenceError(MQError):
+    code = 46
+    name = "DUPLICATE_SEQUENCE_NUMBER"
+    default_message = "the batch's sequence number was already written"
+
+
+class InvalidProducerEpochError(MQError):
+    code = 47
+    name = "INVALID_PRODUCER_EPOCH"
+    default_message = "the producer epoch is older than the current one (fenced)"
+
+
+class UnknownProducerIdError(MQError):
+    code = 59
+    name = "UNKNOWN_PRODUCER_ID"
+    retriable = True
+    default_message = "the broker has no state for this producer id"
+
+
+# -- consumer groups -----------------------------------------------------------------
+
+
+class OffsetMetadataTooLargeError(MQError):
+    code = 12
+    name = "OFFSET_METADATA_TOO_LARGE"
+    default_message = "the committed offset's metadata string is too large"
+
+
+class CoordinatorLoadInProgressError(MQError):
+    code = 14
+    name = "COORDINATOR_LOAD_IN_PROGRESS"
+    retriable = True
+    default_message = "the group coordinator is still loading its offsets"
+
+
+class CoordinatorNotAvailableError(MQError):
+    code = 15
+    name = "COORDINATOR_NOT_AVAILABLE"
+    retriable = True
+    default_message = "the group coordinator is not available"
+
+
+class NotCoordinatorError(MQError):
+    code = 16
+    name = "NOT_COORDINATOR"
+    retriable = True
+    default_message = "this broker is not the group's coordinator; find it again"
+
+
+class IllegalGenerationError(MQError):
+    code = 22
+    name = "ILLEGAL_GENERATION"
+    default_message = "the member's generation is not the group's current one"
+
+
+class InconsistentGroupProtocolError(MQError):
+    code = 23
+    name = "INCONSISTENT_GROUP_PROTOCOL"
+    default_message = "the member's assignor differs from the group's"
+
+
+class InvalidGroupIdError(MQError):
+    code = 24
+    name = "INVALID_GROUP_ID"
+    default_message = "the group id is empty or invalid"
+
+
+class UnknownMemberIdError(MQError):
+    code = 25
+    name = "UNKNOWN_MEMBER_ID"
+    default_message = "the coordinator does not know this member id"
+
+
+class InvalidSessionTimeoutError(MQError):
+    code = 26
+    name = "INVALID_SESSION_TIMEOUT"
+    default_message = "the session timeout is outside the broker's accepted range"
+
+
+class RebalanceInProgressError(MQError):
+    code = 27
+    name = "REBALANCE_IN_PROGRESS"
+    retriable = True
+    default_message = "the group is rebalancing"
+
+
+class NonEmptyGroupError(MQError):
+    code = 68
+    name = "NON_EMPTY_GROUP"
+    default_message = "the group has active members"
+
+
+class GroupIdNotFoundError(MQError):
+    code = 69
+    name = "GROUP_ID_NOT_FOUND"
+    default_message = "the group does not exist"
+
+
+class GroupMaxSizeReachedError(MQError):
+    code = 81
+    name = "GROUP_MAX_SIZE_REACHED"
+    default_message = "the group has reached its maximum number of members"
+
+
+class FencedInstanceIdError(MQError):
+    code = 82
+    name = "FENCED_INSTANCE_ID"
+    default_message = "another member with the same group instance id replaced this one"
+
+
+# -- security (the handlers come later; the codes are part of the protocol now) ---------
+
+
+class TopicAuthorizationFailedError(MQError):
+    code = 29
+    name = "TOPIC_AUTHORIZATION_FAILED"
+    default_message = "the principal is not authorized for this topic"
+
+
+class GroupAuthorizationFailedError(MQError):
+    code = 30
+    name = "GROUP_AUTHORIZATION_FAILED"
+    default_message = "the principal is not authorized for this group"
+
+
+class ClusterAuthorizationFailedError(MQError):
+    code = 31
+    name = "CLUSTER_AUTHORIZATION_FAILED"
+    default_message = "the principal is not authorized for this cluster operation"
+
+
+class UnsupportedSaslMechanismError(MQError):
+    code = 33
+    name = "UNSUPPORTED_SASL_MECHANISM"
+    default_message = "the broker does not enable this SASL mechanism"
+
+
+class IllegalSaslStateError(MQError):
+    code = 34
+    name = "ILLEGAL_SASL_STATE"
+    default_message = "the request is not valid in the connection's authentication state"
+
+
+class SaslAuthenticationFailedError(MQError):
+    code = 58
+    name = "SASL_AUTHENTICATION_FAILED"
+    default_message = "authentication failed"

@@ -1,0 +1,267 @@
+"""Request and response envelopes: encode to frames, decode from payloads.
+
+Request payload: msgpack array ``[api, version, correlation_id, client_id, body]``.
+Response payload: msgpack array ``[correlation_id, error_code, body]``. Bodies
+are maps checked against the API's schema (:mod:`mq.wire.schema`). A response
+with a non-zero error code failed as a whole; its body is ``{"message": str}``
+and is not checked against the API's schema.
+
+Decoding is two steps, so a server can answer what it can answer:
+
+1. :func:`unpack_request` / :func:`unpack_response`: msgpack with every limit
+   set, and the envelope's shape and header types. A failure is a
+   :class:`~mq.errors.ProtocolError`: there is no trustworthy correlation id
+   to answer, so the owner closes the connection. Usable as a
+   :class:`~mq.wire.frames.FrameDecoder`'s ``decode``.
+2. :func:`decode_request` / :func:`decode_response`: the API, its version and
+   the body. A request failure is UnsupportedVersionError (unknown API key or
+   version) or InvalidRequestError (the body, with the path of the bad value),
+   which the server sends back under the request's correlation id. A response
+   failure is a ProtocolError: the broker sent something malformed.
+
+Both decoders accept a payload too and then run both steps. Whatever the
+input, they return or raise an :class:`~mq.errors.MQError`, nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, NamedTuple, TypedDict, TypeVar, cast
+
+import msgpack
+
+from mq.errors import (
+    InvalidRequestError,
+    MQError,
+    ProtocolError,
+    UnsupportedVersionError,
+    error_for_code,
+)
+from mq.wire import apis as _apis  # noqa: F401  (registers every API)
+from mq.wire.frames import encode_frame
+from mq.wire.limits import (
+    I16_MAX,
+    I16_MIN,
+    I32_MAX,
+    I32_MIN,
+    MAX_DECODED_ITEMS,
+    MAX_FRAME_BYTES,
+    MAX_LIST_LEN,
+    MAX_MESSAGE_LEN,
+    MAX_NAME_LEN,
+    MAX_STRING_BYTES,
+)
+from mq.wire.registry import Api, api_by_key
+from mq.wire.schema import ErrorMessage, Schema
+
+ReqT = TypeVar("ReqT")
+RespT = TypeVar("RespT")
+Payload = bytes | bytearray | memoryview
+
+
+class ErrorBody(TypedDict):
+    """The body of a response whose envelope carries a non-zero error code."""
+
+    message: ErrorMessage
+
+
+_ERROR_BODY = Schema(ErrorBody)
+
+
+class RequestEnvelope(NamedTuple):
+    """A request whose header is sound; its body is still raw msgpack data."""
+
+    api_key: int
+    version: int
+    correlation_id: int
+    client_id: str | None
+    body: object
+
+
+class Request(NamedTuple, Generic[ReqT]):
+    """A decoded request: a registered API at a supported version, body validated."""
+
+    api: Api[ReqT, Any]
+    version: int
+    correlation_id: int
+    client_id: str | None
+    body: ReqT
+
+
+class ResponseEnvelope(NamedTuple):
+    """A response whose header is sound; its body is still raw msgpack data."""
+
+    correlation_id: int
+    error_code: int
+    body: object
+
+
+class Response(NamedTuple, Generic[RespT]):
+    """A decoded response: the body when error_code is 0, else the error's message."""
+
+    correlation_id: int
+    error_code: int
+    body: RespT | None
+    message: str | None
+
+    @property
+    def error(self) -> MQError | None:
+        """The error the broker reported for the whole request, as an exception."""
+        if self.error_code == 0:
+            return None
+        return error_for_code(self.error_code)(self.message)
+
+    def result(self) -> RespT:
+        """The body, or raise the error the broker reported."""
+        error = self.error
+        if error is not None:
+            raise error
+        return cast(RespT, self.body)
+
+
+# -- encoding -------------------------------------------------------------------------------
+
+
+def encode_request(
+    api: Api[ReqT, Any],
+    version: int,
+    correlation_id: int,
+    client_id: str | None,
+    body: ReqT,
+    max_frame_bytes: int = MAX_FRAME_BYTES,
+) -> bytes:
+    """A whole request frame. The body is not validated here: the receiver does it.
+
+    Raises UnsupportedVersionError for a version ``api`` does not have and
+    FrameTooLargeError for a payload above ``max_frame_bytes``.
+    """
+    if not api.supports(version):
+        raise UnsupportedVersionError(f"{api.name} has no version {version}")
+    return encode_frame([api.key, version, correlation_id, client_id, body], max_frame_bytes)
+
+
+def encode_response(
+    correlation_id: int,
+    error_code: int,
+    body: object,
+    max_frame_bytes: int = MAX_FRAME_BYTES,
+) -> bytes:
+    """A whole response frame (``body`` is the API's response body when error_code is 0)."""
+    return encode_frame([correlation_id, error_code, body], max_frame_bytes)
+
+
+def encode_error_response(correlation_id: int, error: MQError) -> bytes:
+    """A whole response frame failing the request with ``error`` (its message truncated)."""
+    return encode_frame([correlation_id, error.code, {"message": error.message[:MAX_MESSAGE_LEN]}])
+
+
+# -- decoding -------------------------------------------------------------------------------
+
+
+class _TooManyItems(ValueError):
+    pass
+
+
+def _unpack(payload: Payload, what: str) -> Any:
+    """msgpack-decode a payload with every limit set, or raise ProtocolError."""
+    size = len(payload) if not isinstance(payload, memoryview) else payload.nbytes
+    budget = MAX_DECODED_ITEMS
+
+    def count(container: Any) -> Any:
+        nonlocal budget
+        budget -= len(container)
+        if budget < 0:
+            raise _TooManyItems(f"more than {MAX_DECODED_ITEMS} array items and map entries")
+        return container
+
+    try:
+        return msgpack.unpackb(
+            payload,
+            raw=False,
+            use_list=True,
+            strict_map_key=True,
+            max_bin_len=size,
+            max_str_len=min(size, MAX_STRING_BYTES),
+            max_array_len=min(size, MAX_LIST_LEN),
+            max_map_len=min(size // 2, MAX_LIST_LEN),
+            max_ext_len=0,
+            list_hook=count,
+            object_hook=count,
+        )
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        # ValueError covers msgpack's ExtraData, FormatError, StackError,
+        # OutOfData, limit breaches and invalid UTF-8; TypeError an unhashable key.
+        raise ProtocolError(f"malformed {what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _int_in(value: object, lo: int, hi: int) -> bool:
+    return type(value) is int and lo <= value <= hi
+
+
+def unpack_request(payload: Payload) -> RequestEnvelope:
+    """Step 1: the envelope of a request payload, or ProtocolError (close the connection)."""
+    obj = _unpack(payload, "request")
+    if type(obj) is not list or len(obj) != 5:
+        raise ProtocolError(
+            "a request must be a msgpack array [api, version, correlation_id, client_id, body]"
+        )
+    api, version, correlation_id, client_id, body = obj
+    if not _int_in(api, 0, I16_MAX):
+        raise ProtocolError(f"request api key must be an int in [0, {I16_MAX}]")
+    if not _int_in(version, 0, I16_MAX):
+        raise ProtocolError(f"request api version must be an int in [0, {I16_MAX}]")
+    if not _int_in(correlation_id, I32_MIN, I32_MAX):
+        raise ProtocolError(f"correlation id must be an int in [{I32_MIN}, {I32_MAX}]")
+    if client_id is not None and (type(client_id) is not str or len(client_id) > MAX_NAME_LEN):
+        raise ProtocolError(f"client id must be null or a str of at most {MAX_NAME_LEN} characters")
+    return RequestEnvelope(api, version, correlation_id, client_id, body)
+
+
+def decode_request(payload: Payload | RequestEnvelope) -> Request[Any]:
+    """Step 2 (and step 1 for a payload): the request with its body validated.
+
+    Raises UnsupportedVersionError or InvalidRequestError, answerable with
+    the envelope's correlation id (and ProtocolError from step 1).
+    """
+    env = payload if isinstance(payload, RequestEnvelope) else unpack_request(payload)
+    api = api_by_key(env.api_key)
+    if api is None:
+        raise UnsupportedVersionError(
+            f"unknown api key {env.api_key}; api_versions lists what this broker supports"
+        )
+    if not api.supports(env.version):
+        raise UnsupportedVersionError(
+            f"{api.name} v{env.version} is not supported; "
+            f"this broker supports v{api.min_version} to v{api.max_version}"
+        )
+    body = api.request.validate(env.body, env.version, api.name, InvalidRequestError)
+    return Request(api, env.version, env.correlation_id, env.client_id, body)
+
+
+def unpack_response(payload: Payload) -> ResponseEnvelope:
+    """Step 1: the envelope of a response payload, or ProtocolError (close the connection)."""
+    obj = _unpack(payload, "response")
+    if type(obj) is not list or len(obj) != 3:
+        raise ProtocolError("a response must be a msgpack array [correlation_id, error_code, body]")
+    correlation_id, error_code, body = obj
+    if not _int_in(correlation_id, I32_MIN, I32_MAX):
+        raise ProtocolError(f"correlation id must be an int in [{I32_MIN}, {I32_MAX}]")
+    if not _int_in(error_code, I16_MIN, I16_MAX):
+        raise ProtocolError(f"response error code must be an int in [{I16_MIN}, {I16_MAX}]")
+    return ResponseEnvelope(correlation_id, error_code, body)
+
+
+def decode_response(
+    payload: Payload | ResponseEnvelope, api: Api[Any, RespT], version: int
+) -> Response[RespT]:
+    """Step 2 (and step 1 for a payload): the response to a request of ``api`` at ``version``.
+
+    Raises ProtocolError if the body does not match the API's response schema.
+    """
+    env = payload if isinstance(payload, ResponseEnvelope) else unpack_response(payload)
+    if env.error_code == 0:
+        root = f"{api.name} v{version} response"
+        body = api.response.validate(env.body, version, root, ProtocolError)
+        return Response(env.correlation_id, 0, body, None)
+    root = f"{api.name} v{version} error response"
+    error_body = _ERROR_BODY.validate(env.body, 0, root, ProtocolError)
+    return Response(env.correlation_id, env.error_code, None, error_body["message"])
