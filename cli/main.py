@@ -14,6 +14,7 @@ import logging
 import click
 
 import mq
+from cli.serve import serve
 from cli.storage import storage
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -49,6 +50,7 @@ def main(verbose: int) -> None:
     configure_logging(verbose)
 
 
+main.add_command(serve)
 main.add_command(storage)
 
 

@@ -1,0 +1,68 @@
+"""``mq serve``: run a broker in the foreground until SIGTERM or SIGINT.
+
+With no options it is the embedded default: one node, data in ``./mq-data``,
+listening on 127.0.0.1:9292, no etcd and no configuration file. On a signal it
+stops accepting, finishes in-flight appends, syncs and closes every segment.
+Once listening it prints ``mq listening on HOST:PORT`` (with the real port
+when ``--port 0`` asked for a free one), which scripts and tests wait for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import click
+import uvloop
+
+from mq.broker.broker import Broker
+from mq.broker.config import DEFAULT_PORT, BrokerConfig
+from mq.broker.server import Server
+from mq.errors import MQError
+
+
+@click.command()
+@click.option("--data-dir", type=click.Path(path_type=Path), help="Where logs live [./mq-data].")
+@click.option("--host", help="Address to listen on [127.0.0.1].")
+@click.option("--port", type=click.IntRange(0, 65535), help=f"Port [{DEFAULT_PORT}]; 0 picks one.")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A TOML file of broker settings (flags win over it).",
+)
+def serve(
+    data_dir: Path | None, host: str | None, port: int | None, config_file: Path | None
+) -> None:
+    """Run a broker (a single node with the embedded defaults unless told otherwise)."""
+    flags = {"data_dir": data_dir, "host": host, "port": port}
+    try:
+        if config_file is not None:
+            config = BrokerConfig.from_file(config_file, **flags)
+        else:
+            config = BrokerConfig().with_overrides(**flags)
+        uvloop.run(_run(config))
+    except MQError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve: {exc}") from exc
+
+
+async def _run(config: BrokerConfig) -> None:
+    server = Server(Broker(config))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        host, port = await server.start()
+    except BaseException:
+        await server.stop()
+        raise
+    click.echo(f"mq listening on {host}:{port} (data in {config.data_dir})", err=True)
+    try:
+        await stop.wait()
+    finally:
+        click.echo("mq shutting down", err=True)
+        await server.stop()

@@ -1,0 +1,65 @@
+"""Broker settings: defaults for the embedded single node, a file, and flags.
+
+``mq serve`` with no arguments runs with :class:`BrokerConfig`'s defaults; a
+``--config FILE`` (TOML) overrides them, and command-line flags override the
+file. Topic defaults (``log.*`` keys in the file, Kafka-style names) become the
+:class:`~mq.storage.config.LogConfig` every topic starts from.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from mq.errors import InvalidConfigError
+from mq.storage.config import LogConfig
+
+DEFAULT_PORT = 9292
+"""mq's fixed default port (Kafka's 9092 with a 2 for the second of its kind)."""
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    data_dir: Path = Path("mq-data")
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    node_id: int = 0
+    max_frame_bytes: int = 100 * MiB
+    """Largest request accepted (Kafka's socket.request.max.bytes)."""
+    max_inflight_requests: int = 64
+    """Requests a connection may have in progress before the broker stops reading it."""
+    auto_create_topics: bool = True
+    """Create a topic on first produce or metadata request, as Kafka does by default."""
+    default_partitions: int = 1
+    retention_check_ms: int = 60_000
+    """How often retention runs over every partition."""
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65_535:
+            raise InvalidConfigError(f"port must be 0..65535, got {self.port}")
+        if self.max_inflight_requests < 1 or self.default_partitions < 1:
+            raise InvalidConfigError("max_inflight_requests and default_partitions must be >= 1")
+
+    @classmethod
+    def from_file(cls, path: Path, **overrides: Any) -> BrokerConfig:
+        """Read a TOML file (top-level broker keys, a ``[log]`` table of topic defaults)."""
+        try:
+            raw = tomllib.loads(path.read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise InvalidConfigError(f"{path}: {exc}") from exc
+        log_settings = raw.pop("log", {})
+        known = {f.name for f in fields(cls)} - {"log"}
+        unknown = set(raw) - known
+        if unknown:
+            raise InvalidConfigError(f"{path}: unknown settings {sorted(unknown)}")
+        if "data_dir" in raw:
+            raw["data_dir"] = Path(raw["data_dir"])
+        config = cls(**raw, log=LogConfig().with_overrides(log_settings))
+        return config.with_overrides(**overrides)
+
+    def with_overrides(self, **overrides: Any) -> BrokerConfig:
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})

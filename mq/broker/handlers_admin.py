@@ -1,0 +1,209 @@
+"""Handlers of the admin APIs: api_versions, metadata, topics, configs, delete_records.
+
+Per-topic failures are answered per topic (error code and message); only a
+malformed request fails as a whole.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from mq.broker.broker import CLUSTER_ID, Broker
+from mq.broker.catalog import TOPIC_CONFIG_KEYS, topic_log_config
+from mq.broker.context import RequestContext
+from mq.errors import MQError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from mq.storage.log import Log
+from mq.wire.apis_core import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    ConfigEntry,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    MetadataPartition,
+    MetadataRequest,
+    MetadataResponse,
+    MetadataTopic,
+    api_versions_body,
+)
+
+
+def _failed(name: str, exc: MQError) -> dict[str, Any]:
+    return {"name": name, "error": exc.code, "message": exc.message}
+
+
+async def api_versions(
+    broker: Broker, ctx: RequestContext, body: ApiVersionsRequest
+) -> ApiVersionsResponse:
+    return api_versions_body()
+
+
+async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -> MetadataResponse:
+    """This node as the only broker, leader and sole replica of every partition."""
+    node = broker.config.node_id
+    names = body["topics"]
+    if names is None:
+        names = sorted(broker.catalog.topics)
+    topics: list[MetadataTopic] = []
+    for name in names:
+        try:
+            info = broker.catalog.get(name)
+            if info is None:
+                if not body["allow_auto_topic_creation"]:
+                    raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+                info = broker.ensure_topic(name)
+        except MQError as exc:
+            topics.append({"name": name, "error": exc.code, "internal": False, "partitions": []})
+            continue
+        partitions: list[MetadataPartition] = []
+        for index in range(info.partitions):
+            hosted = broker.partitions.get((name, index))
+            offline = hosted is None or hosted.log.offline is not None
+            partitions.append(
+                {
+                    "partition": index,
+                    "error": 56 if offline else 0,
+                    "leader": -1 if offline else node,
+                    "leader_epoch": hosted.leader_epoch if hosted else 0,
+                    "replicas": [node],
+                    "isr": [] if offline else [node],
+                    "offline_replicas": [node] if offline else [],
+                }
+            )
+        topics.append(
+            {"name": name, "error": 0, "internal": info.internal, "partitions": partitions}
+        )
+    host, port = broker.advertised
+    return {
+        "cluster_id": CLUSTER_ID,
+        "controller_id": node,
+        "brokers": [{"node_id": node, "host": host, "port": port, "rack": None}],
+        "topics": topics,
+    }
+
+
+async def create_topics(
+    broker: Broker, ctx: RequestContext, body: CreateTopicsRequest
+) -> CreateTopicsResponse:
+    response: CreateTopicsResponse = {"topics": []}
+    for topic in body["topics"]:
+        try:
+            info = broker.create_topic(
+                topic["name"],
+                topic["partitions"],
+                topic["replication_factor"],
+                topic["configs"],
+                validate_only=body["validate_only"],
+            )
+        except MQError as exc:
+            response["topics"].append(_failed(topic["name"], exc))  # type: ignore[arg-type]
+            continue
+        response["topics"].append(
+            {
+                "name": info.name,
+                "error": 0,
+                "message": None,
+                "partitions": info.partitions,
+                "replication_factor": 1,
+            }
+        )
+    return response
+
+
+async def delete_topics(
+    broker: Broker, ctx: RequestContext, body: DeleteTopicsRequest
+) -> DeleteTopicsResponse:
+    response: DeleteTopicsResponse = {"topics": []}
+    for name in body["topics"]:
+        try:
+            await broker.delete_topic(name)
+        except MQError as exc:
+            response["topics"].append(_failed(name, exc))  # type: ignore[arg-type]
+            continue
+        response["topics"].append({"name": name, "error": 0, "message": None})
+    return response
+
+
+async def describe_configs(
+    broker: Broker, ctx: RequestContext, body: DescribeConfigsRequest
+) -> DescribeConfigsResponse:
+    """Every topic setting with its effective value, marking those left at the default."""
+    response: DescribeConfigsResponse = {"topics": []}
+    for topic in body["topics"]:
+        info = broker.catalog.get(topic["name"])
+        if info is None:
+            exc = UnknownTopicOrPartitionError(f"topic {topic['name']!r} does not exist")
+            response["topics"].append(_failed(topic["name"], exc))  # type: ignore[arg-type]
+            continue
+        effective = topic_log_config(broker.config.log, info.configs)
+        entries: list[ConfigEntry] = []
+        for key in sorted(TOPIC_CONFIG_KEYS):
+            if topic["keys"] is not None and key not in topic["keys"]:
+                continue
+            if key == "cleanup.policy":
+                value: Any = info.configs.get(key, "delete")
+            else:
+                value = getattr(effective, key.replace(".", "_"))
+                value = getattr(value, "value", value)
+            entries.append(
+                {
+                    "name": key,
+                    "value": None if value is None else str(value),
+                    "is_default": key not in info.configs,
+                    "read_only": False,
+                    "sensitive": False,
+                }
+            )
+        response["topics"].append(
+            {"name": info.name, "error": 0, "message": None, "configs": entries}
+        )
+    return response
+
+
+async def alter_configs(
+    broker: Broker, ctx: RequestContext, body: AlterConfigsRequest
+) -> AlterConfigsResponse:
+    response: AlterConfigsResponse = {"topics": []}
+    for topic in body["topics"]:
+        try:
+            await broker.alter_topic_configs(
+                topic["name"], topic["configs"], validate_only=body["validate_only"]
+            )
+        except MQError as exc:
+            response["topics"].append(_failed(topic["name"], exc))  # type: ignore[arg-type]
+            continue
+        response["topics"].append({"name": topic["name"], "error": 0, "message": None})
+    return response
+
+
+async def delete_records(
+    broker: Broker, ctx: RequestContext, body: DeleteRecordsRequest
+) -> DeleteRecordsResponse:
+    """Move log start offsets forward (offset -1: to the high watermark)."""
+    response: DeleteRecordsResponse = {"topics": []}
+    for topic in body["topics"]:
+        results: list[Any] = []
+        response["topics"].append({"name": topic["name"], "partitions": results})
+        for part in topic["partitions"]:
+            result: dict[str, Any] = {"partition": part["partition"], "error": 0, "message": None}
+            results.append(result)
+            try:
+                partition = broker.partition(topic["name"], part["partition"])
+                target = partition.high_watermark if part["offset"] == -1 else part["offset"]
+                if target > partition.high_watermark:
+                    raise OffsetOutOfRangeError(
+                        f"{target} is past the high watermark {partition.high_watermark}"
+                    )
+                await partition.writer.call(partial(Log.advance_log_start, offset=target))
+                result["low_watermark"] = partition.log.log_start_offset
+            except MQError as exc:
+                result.update(error=exc.code, message=exc.message)
+    return response

@@ -1,0 +1,195 @@
+"""Handlers of the data path: produce, fetch (long poll), list_offsets.
+
+The broker's hot path. A produce hands each partition's batches to its writer
+*before the handler first awaits*, so two produces pipelined on one connection
+append in arrival order; the handler then waits for every partition's ack
+together. A fetch reads whole batches as memoryviews of the segment maps and
+hands them to the encoder: nothing here looks at a record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from mq.broker.broker import Broker
+from mq.broker.context import RequestContext
+from mq.errors import MQError, RequestTimedOutError
+from mq.storage.log import AppendInfo
+from mq.wire.apis_data import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    FetchedPartition,
+    FetchRequest,
+    FetchResponse,
+    ListedOffset,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ProducedPartition,
+    ProduceRequest,
+    ProduceResponse,
+)
+
+
+def _set_error(result: Any, exc: MQError) -> None:
+    """Put an error on a per-partition result (every result type has these two keys)."""
+    result["error"] = exc.code
+    result["message"] = exc.message
+
+
+async def produce(broker: Broker, ctx: RequestContext, body: ProduceRequest) -> ProduceResponse:
+    """Append each partition's batches; answer when the acks level is met (or time runs out)."""
+    pending: list[tuple[str, ProducedPartition, asyncio.Future[AppendInfo]]] = []
+    topics: ProduceResponse = {"topics": []}
+    for topic in body["topics"]:
+        results: list[ProducedPartition] = []
+        topics["topics"].append({"name": topic["name"], "partitions": results})
+        for part in topic["partitions"]:
+            result: ProducedPartition = {
+                "partition": part["partition"],
+                "error": 0,
+                "message": None,
+                "base_offset": -1,
+                "log_append_time": -1,
+                "log_start_offset": -1,
+            }
+            results.append(result)
+            try:
+                broker.ensure_topic(topic["name"])
+                partition = broker.partition(topic["name"], part["partition"])
+                pending.append((topic["name"], result, partition.append(part["records"])))
+            except MQError as exc:
+                _set_error(result, exc)
+    if not pending:
+        return topics
+    futures = [f for _, _, f in pending]
+    timeout = body["timeout_ms"] / 1000 if body["acks"] != 0 else None
+    done, _ = await asyncio.wait(futures, timeout=timeout)
+    for name, result, future in pending:
+        if future not in done:
+            _set_error(result, RequestTimedOutError(f"{name}: no ack within timeout_ms"))
+            continue
+        failure = future.exception()
+        if isinstance(failure, MQError):
+            _set_error(result, failure)
+        elif failure is not None:
+            raise failure
+        else:
+            info = future.result()
+            result["base_offset"] = info.first_offset
+            result["log_start_offset"] = broker.partition(
+                name, result["partition"]
+            ).log.log_start_offset
+    return topics
+
+
+def _fetch_once(
+    broker: Broker, body: FetchRequest, results: dict[tuple[str, int], FetchedPartition]
+) -> int:
+    """Read every partition not yet answered; return the bytes gathered so far."""
+    total = 0
+    budget = body["max_bytes"]
+    for topic in body["topics"]:
+        for part in topic["partitions"]:
+            key = (topic["name"], part["partition"])
+            result = results[key]
+            if result["error"] or result["records"]:
+                total += len(result["records"])
+                continue
+            try:
+                partition = broker.partition(*key)
+                found = partition.read(
+                    part["fetch_offset"], min(part["partition_max_bytes"], budget)
+                )
+                result["high_watermark"] = partition.high_watermark
+                result["last_stable_offset"] = partition.high_watermark
+                result["log_start_offset"] = partition.log.log_start_offset
+            except MQError as exc:
+                _set_error(result, exc)
+                continue
+            if found is not None:
+                result["records"] = found.data
+                total += len(found.data)
+                budget = max(0, budget - len(found.data))
+    return total
+
+
+async def fetch(broker: Broker, ctx: RequestContext, body: FetchRequest) -> FetchResponse:
+    """Whole batches per partition; wait up to max_wait_ms for min_bytes to be there."""
+    results: dict[tuple[str, int], FetchedPartition] = {}
+    for topic in body["topics"]:
+        for part in topic["partitions"]:
+            results[(topic["name"], part["partition"])] = {
+                "partition": part["partition"],
+                "error": 0,
+                "message": None,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "records": b"",
+            }
+    deadline = time.monotonic() + body["max_wait_ms"] / 1000
+    while True:
+        total = _fetch_once(broker, body, results)
+        remaining = deadline - time.monotonic()
+        if total >= body["min_bytes"] or remaining <= 0 or ctx.closing:
+            break
+        waiters = [
+            broker.partitions[key].wait_for_data()
+            for key, result in results.items()
+            if not result["error"] and key in broker.partitions
+        ]
+        if not waiters:
+            break
+        await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+    response: FetchResponse = {"topics": []}
+    for topic in body["topics"]:
+        response["topics"].append(
+            {
+                "name": topic["name"],
+                "partitions": [
+                    results[(topic["name"], p["partition"])] for p in topic["partitions"]
+                ],
+            }
+        )
+    return response
+
+
+async def list_offsets(
+    broker: Broker, ctx: RequestContext, body: ListOffsetsRequest
+) -> ListOffsetsResponse:
+    """Earliest (-2), latest (-1: the high watermark), or the first offset at or after a time."""
+    response: ListOffsetsResponse = {"topics": []}
+    for topic in body["topics"]:
+        results: list[ListedOffset] = []
+        response["topics"].append({"name": topic["name"], "partitions": results})
+        for part in topic["partitions"]:
+            result: ListedOffset = {
+                "partition": part["partition"],
+                "error": 0,
+                "message": None,
+                "timestamp": -1,
+                "offset": -1,
+                "leader_epoch": -1,
+            }
+            results.append(result)
+            try:
+                partition = broker.partition(topic["name"], part["partition"])
+                result["leader_epoch"] = partition.leader_epoch
+                timestamp = part["timestamp"]
+                if timestamp == LATEST_TIMESTAMP:
+                    result["offset"], result["timestamp"] = partition.high_watermark, -1
+                elif timestamp == EARLIEST_TIMESTAMP:
+                    result["offset"], result["timestamp"] = partition.log.log_start_offset, -1
+                else:
+                    found = partition.log.offset_for_timestamp(timestamp)
+                    if found is not None and found[0] < partition.high_watermark:
+                        result["offset"], result["timestamp"] = found
+                    else:
+                        result["offset"], result["timestamp"] = -1, -1
+            except MQError as exc:
+                _set_error(result, exc)
+    return response
