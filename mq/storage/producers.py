@@ -1,0 +1,174 @@
+"""Idempotent-producer state of one partition: who wrote which sequence numbers.
+
+An idempotent producer stamps each batch with its producer id, epoch and the
+sequence number of its first record (all in the batch header, so the broker
+reads them without decoding records). Per producer, a partition remembers the
+last :data:`CACHED_BATCHES` batches it appended. For a new batch:
+
+* epoch below the current one → ``INVALID_PRODUCER_EPOCH`` (a zombie is fenced);
+* the same (epoch, first, last sequence) as a cached batch → a retry of a batch
+  already written: nothing is appended and the original offsets are returned;
+* otherwise the first sequence must follow the last one (0 after an epoch
+  bump, or for a producer this partition has never seen) → else
+  ``OUT_OF_ORDER_SEQUENCE_NUMBER`` (or ``UNKNOWN_PRODUCER_ID`` when the
+  partition has no state for that producer at all).
+
+The table is derived data like the indexes: a snapshot is written at each
+segment roll (``<offset>.snapshot``, the state as of that offset) and the log
+rebuilds the rest on open by walking batch headers after the newest snapshot.
+
+Thread safety: none; the log's writer is the only caller.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from mq.errors import InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError
+from mq.storage.batch import NO_PRODUCER_ID, BatchHeader
+
+CACHED_BATCHES = 5
+"""Kafka's max.in.flight for an idempotent producer: any of them may be retried."""
+SEQUENCE_MODULUS = 2**31
+"""Sequence numbers are int32 and wrap to 0 after the largest."""
+SNAPSHOT_VERSION = 1
+
+
+class CachedBatch(NamedTuple):
+    first_sequence: int
+    last_sequence: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass
+class ProducerEntry:
+    epoch: int
+    batches: deque[CachedBatch] = field(default_factory=lambda: deque(maxlen=CACHED_BATCHES))
+    last_timestamp: int = -1
+
+    @property
+    def last_sequence(self) -> int:
+        return self.batches[-1].last_sequence if self.batches else -1
+
+
+def _next_sequence(sequence: int) -> int:
+    return (sequence + 1) % SEQUENCE_MODULUS
+
+
+def last_sequence_of(header: BatchHeader) -> int:
+    return (header.base_sequence + header.last_offset_delta) % SEQUENCE_MODULUS
+
+
+class ProducerStates:
+    """Per-producer sequence bookkeeping of one partition."""
+
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerEntry] = {}
+
+    def check(self, header: BatchHeader) -> CachedBatch | None:
+        """Judge a batch before it is appended.
+
+        Returns the cached batch when this one is a retry of it (append
+        nothing; answer with its offsets), None when it may be appended.
+        Raises when the producer is fenced or out of sequence.
+        """
+        pid = header.producer_id
+        if pid == NO_PRODUCER_ID:
+            return None
+        entry = self.producers.get(pid)
+        epoch, first = header.producer_epoch, header.base_sequence
+        if entry is None:
+            if first != 0:
+                raise UnknownProducerIdError(
+                    f"no state for producer {pid}; its batch starts at sequence {first}, not 0"
+                )
+            return None
+        if epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {pid} epoch {epoch} is fenced by epoch {entry.epoch}"
+            )
+        if epoch > entry.epoch:
+            if first != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {pid} epoch {epoch} must start at sequence 0, not {first}"
+                )
+            return None
+        last = last_sequence_of(header)
+        for cached in entry.batches:
+            if cached.first_sequence == first and cached.last_sequence == last:
+                return cached
+        expected = _next_sequence(entry.last_sequence)
+        if first != expected:
+            raise OutOfOrderSequenceError(
+                f"producer {pid} sent sequence {first}; the partition expects {expected}"
+            )
+        return None
+
+    def record(self, header: BatchHeader) -> None:
+        """Remember an appended batch (``header`` carries its assigned base offset)."""
+        pid = header.producer_id
+        if pid == NO_PRODUCER_ID:
+            return
+        entry = self.producers.get(pid)
+        if entry is None or header.producer_epoch > entry.epoch:
+            entry = self.producers[pid] = ProducerEntry(header.producer_epoch)
+        entry.batches.append(
+            CachedBatch(
+                header.base_sequence,
+                last_sequence_of(header),
+                header.base_offset,
+                header.last_offset,
+            )
+        )
+        entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)
+
+    def expire(self, older_than_ms: int) -> int:
+        """Forget producers whose newest batch is older than ``older_than_ms``; returns how many."""
+        stale = [pid for pid, e in self.producers.items() if e.last_timestamp < older_than_ms]
+        for pid in stale:
+            del self.producers[pid]
+        return len(stale)
+
+    def truncate(self, offset: int) -> None:
+        """Forget batches at or after ``offset`` (the log was truncated there)."""
+        for pid in list(self.producers):
+            entry = self.producers[pid]
+            kept = [b for b in entry.batches if b.last_offset < offset]
+            if not kept:
+                del self.producers[pid]
+            else:
+                entry.batches = deque(kept, maxlen=CACHED_BATCHES)
+
+    # -- snapshots ----------------------------------------------------------------
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "version": SNAPSHOT_VERSION,
+                "producers": {
+                    str(pid): [e.epoch, e.last_timestamp, [list(b) for b in e.batches]]
+                    for pid, e in self.producers.items()
+                },
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> ProducerStates:
+        """A table from :meth:`encode`'s bytes; ValueError if they are not one."""
+        try:
+            body = json.loads(raw)
+            if body["version"] != SNAPSHOT_VERSION:
+                raise ValueError(f"snapshot version {body['version']}")
+            states = cls()
+            for pid, (epoch, last_ts, batches) in body["producers"].items():
+                entry = ProducerEntry(int(epoch), last_timestamp=int(last_ts))
+                entry.batches.extend(CachedBatch(*map(int, b)) for b in batches)
+                states.producers[int(pid)] = entry
+        except (KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"not a producer-state snapshot: {exc}") from exc
+        return states
