@@ -71,6 +71,8 @@ class FlushJob:
     sealed: list[Segment]
     active_fd: int | None
     active_size: int
+    active_generation: int
+    """Which file ``active_size`` is about (see :attr:`Log._generation`)."""
     checkpoint: Checkpoint | None
     error: OSError | None = field(default=None, init=False)
 
@@ -114,6 +116,9 @@ class Log:
         self.log_start_offset = max(log_start_offset, segments[0].base_offset)
         self._unsynced: list[Segment] = []
         self._active_synced = segments[-1].size
+        self._generation = 0
+        """Bumped whenever the active file is replaced or rewritten (roll, truncation),
+        so that a sync job snapshotted before cannot vouch for the new bytes."""
         self._checkpointed = Checkpoint(segments[-1].base_offset, False, self.log_start_offset)
         self._error: StorageError | None = None
         self._opened_ms = clock()
@@ -155,6 +160,10 @@ class Log:
         except OSError as exc:
             raise StorageError(f"{directory}: cannot open the log: {exc}") from exc
         return opened
+
+    def reconfigure(self, config: LogConfig) -> None:
+        """New settings from the next append, roll and retention check on."""
+        self.config = config
 
     # -- properties -------------------------------------------------------------
 
@@ -234,9 +243,11 @@ class Log:
             raise self._fail("append", exc) from exc
 
     def _must_roll(self, active: Segment, size: int, last_offset: int) -> bool:
+        if last_offset - active.base_offset > MAX_RELATIVE_OFFSET:
+            return True  # even when empty: a follower may jump far past its base
         if active.size == 0:
             return False
-        if size > active.room() or last_offset - active.base_offset > MAX_RELATIVE_OFFSET:
+        if size > active.room():
             return True
         # Age counts from when this process created or reopened the segment, not from
         # record timestamps: producers' clocks (or replayed old data) must not make
@@ -257,6 +268,7 @@ class Log:
         self._segments.append(new)
         self._bases.append(base_offset)
         self._active_synced = 0
+        self._generation += 1
         self._opened_ms = self._clock()
         log.debug("%s: rolled to %s", self.directory.name, new)
         return new
@@ -268,9 +280,12 @@ class Log:
         self._check_online()
         active = self._segments[-1]
         checkpoint = Checkpoint(active.base_offset, False, self.log_start_offset)
-        if not self._unsynced and active.size == self._active_synced:
-            if checkpoint == self._checkpointed:
-                return None
+        if (
+            not self._unsynced
+            and active.size == self._active_synced
+            and checkpoint == self._checkpointed
+        ):
+            return None
         try:
             fd = active.dup_fd() if active.size > self._active_synced else None
         except OSError as exc:
@@ -281,6 +296,7 @@ class Log:
             list(self._unsynced),
             fd,
             active.size,
+            self._generation,
             checkpoint if checkpoint != self._checkpointed else None,
         )
 
@@ -290,8 +306,7 @@ class Log:
             raise self._fail("sync", job.error) from job.error
         done = set(map(id, job.sealed))
         self._unsynced = [s for s in self._unsynced if id(s) not in done]
-        active = self._segments[-1]
-        if job.active_fd is not None and active.active and active.size >= job.active_size:
+        if job.active_fd is not None and job.active_generation == self._generation:
             self._active_synced = max(self._active_synced, job.active_size)
         if job.checkpoint is not None:
             self._checkpointed = job.checkpoint
@@ -347,16 +362,17 @@ class Log:
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record stamped at or after ``timestamp``."""
         self._check_online()
+        start = self.log_start_offset
         for segment in self._segments:
-            header = segment.find_timestamp(timestamp)
-            if header is None:
-                continue
-            found = segment.read(header.base_offset, 1, header.next_offset)
-            if found is None:
-                continue
-            for record in decode_records(found.data):
-                if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
-                    return record.offset, record.timestamp
+            header = segment.find_timestamp(timestamp, start)
+            while header is not None:
+                # the batch's newest record may sit below the log start: then look on
+                found = segment.read(header.base_offset, 1, header.next_offset)
+                if found is not None:
+                    for record in decode_records(found.data):
+                        if record.timestamp >= timestamp and record.offset >= start:
+                            return record.offset, record.timestamp
+                header = segment.find_timestamp(timestamp, header.next_offset)
         return None
 
     # -- retention and truncation -----------------------------------------------
@@ -439,7 +455,7 @@ class Log:
             return
         try:
             if offset <= self.log_start_offset:
-                for segment in self._segments:
+                for segment in reversed(self._segments):
                     segment.delete()
                 new = Segment.create(
                     self.directory,
@@ -453,7 +469,8 @@ class Log:
                 self.log_start_offset = offset
             else:
                 i = bisect_right(self._bases, offset - 1) - 1
-                for segment in self._segments[i + 1 :]:
+                # newest first: a truncation cut short by a crash leaves a prefix, no hole
+                for segment in reversed(self._segments[i + 1 :]):
                     segment.delete()
                 del self._segments[i + 1 :]
                 del self._bases[i + 1 :]
@@ -464,11 +481,15 @@ class Log:
                 if not keep.active:
                     keep.make_active(self.config.segment_bytes)
                 keep.truncate_to(offset)
-            self._active_synced = 0
-            # recovery must re-check the truncated segment after a crash from now on
-            self._checkpointed = Checkpoint(
-                self._segments[-1].base_offset, False, self.log_start_offset
-            )
+                keep.sync()  # the dropped batches must not come back after a power cut
+                # truncation lands on a batch boundary, which may be below the log start
+                self.log_start_offset = min(self.log_start_offset, keep.next_offset)
+            self._active_synced = self._segments[-1].size
+            self._generation += 1
+            # recovery must re-check the truncated segment after a crash from now on,
+            # and every rolled segment that has not been synced yet
+            recover_from = min(s.base_offset for s in [*self._unsynced, self._segments[-1]])
+            self._checkpointed = Checkpoint(recover_from, False, self.log_start_offset)
             write_checkpoint(self.directory, self._io, self._checkpointed)
         except OSError as exc:
             raise self._fail("truncate", exc) from exc
@@ -553,7 +574,7 @@ def _open_segments(
                     exc,
                 )
         if segment is None:
-            segment, dropped, why = Segment.recover(directory, base, io, interval, base)
+            segment, dropped, why, cut = Segment.recover(directory, base, io, interval, base)
             if dropped:
                 log.warning(
                     "%s: recovery dropped %d bytes of segment %d at byte %d (%s)",
@@ -563,6 +584,18 @@ def _open_segments(
                     segment.size,
                     why or "partial batch",
                 )
+            if cut and not dropped and why is None and n + 1 < len(bases):
+                # a sealed segment was trimmed to its data: zeros at its end mean the
+                # data never reached the disk (a power cut), and later offsets would
+                # follow a hole
+                log.warning(
+                    "%s: segment %d ends in %d zero bytes after byte %d",
+                    directory.name,
+                    base,
+                    cut,
+                    segment.size,
+                )
+                why = "zeros where data should be"
             if why is not None or dropped:
                 segments.append(segment)
                 _drop(directory, io, bases[n + 1 :], "they follow a damaged batch")

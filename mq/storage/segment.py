@@ -90,7 +90,11 @@ class Segment:
         """A new, empty active segment."""
         seg = cls(directory, base_offset, io, index_interval)
         seg._fd = io.open(seg.path, create=True)
-        seg._map_active(capacity)
+        try:
+            seg._map_active(capacity)
+        except BaseException:
+            seg.abandon()  # a full disk must not leak the descriptor too
+            raise
         return seg
 
     @classmethod
@@ -100,8 +104,10 @@ class Segment:
         """Open a segment written before the last recovery checkpoint.
 
         Its data is trusted; its index files are checked and rebuilt when they
-        do not match. Raises CorruptRecordError when even a header walk fails,
-        so the log can recover this segment by a full scan instead.
+        do not match. The batches that say where its offsets end (those after
+        the last index entry, or the last one on a rebuild) are checked whole.
+        Raises CorruptRecordError when the header walk or those checks fail, so
+        the log can recover this segment by a full scan instead.
         """
         seg = cls(directory, base_offset, io, index_interval)
         fd = io.open(seg.path, write=False)
@@ -115,6 +121,7 @@ class Segment:
         if not seg._load_indexes():
             log.info("rebuilding indexes of %s", seg.path)
             seg._rebuild_indexes()
+            seg._write_indexes_durably()
         return seg
 
     @classmethod
@@ -125,12 +132,13 @@ class Segment:
         io: FileIO,
         index_interval: int,
         expected_offset: int,
-    ) -> tuple[Segment, int, str | None]:
+    ) -> tuple[Segment, int, str | None, int]:
         """Open a segment from after the recovery checkpoint: check every batch.
 
         Keeps the valid prefix, truncates the file there and rebuilds the
-        indexes. Returns the segment, the number of bytes dropped and why the
-        scan stopped (None when the data simply ended).
+        indexes. Returns the segment, the number of bytes dropped (zeros past
+        the data not counted), why the scan stopped (None when the data simply
+        ended) and how many bytes were cut from the file, zeros included.
         """
         seg = cls(directory, base_offset, io, index_interval)
         fd = io.open(seg.path)
@@ -138,17 +146,24 @@ class Segment:
             file_size = io.size(fd)
             view: mmap.mmap | None = io.map(fd, file_size, write=False) if file_size else None
             result = scan(view or b"", expected_offset=expected_offset)
-            dropped = _nonzero_end(view, result.valid_bytes) - result.valid_bytes if view else 0
+            valid, why = result.valid_bytes, result.error
             if view is not None:
+                out_of_range = _first_out_of_range(view, valid, base_offset)
+                if out_of_range is not None:
+                    valid = out_of_range
+                    why = f"baseOffset at byte {valid} is past the segment's offset range"
+                dropped = _nonzero_end(view, valid) - valid
                 view.close()
-            if result.valid_bytes != file_size:
-                io.truncate(fd, result.valid_bytes)
+            else:
+                dropped = 0
+            if valid != file_size:
+                io.truncate(fd, valid)
             io.fsync(fd)  # what was read may have been only in the page cache
         finally:
             io.close(fd)
         seg.offset_index.mark_rewrite()
         seg.time_index.mark_rewrite()
-        seg.size = result.valid_bytes
+        seg.size = valid
         if seg.size:
             fd = io.open(seg.path, write=False)
             try:
@@ -157,13 +172,20 @@ class Segment:
             finally:
                 io.close(fd)
         seg._rebuild_indexes()
-        return seg, dropped, result.error
+        # the index files on disk are from before the crash, perhaps never synced:
+        # replace them before a checkpoint starts to trust this segment
+        seg._write_indexes_durably()
+        return seg, dropped, why, file_size - valid
 
     def make_active(self, capacity: int) -> None:
-        """Reopen a sealed segment for appends (the last segment after a restart)."""
+        """Reopen a sealed segment for appends (the last segment after a restart).
+
+        A segment written under a larger ``segment.bytes`` keeps all its data
+        (it is then full and the next append rolls).
+        """
         self._release_map()
         self._fd = self._io.open(self.path)
-        self._map_active(capacity)
+        self._map_active(max(capacity, self.size))
 
     def _map_active(self, capacity: int) -> None:
         assert self._fd is not None
@@ -195,13 +217,22 @@ class Segment:
         self.max_timestamp = NO_TIMESTAMP
         self.next_offset = self.base_offset
         self._since_index = 0
-        buf = self._map
         pos = 0
+        last = -1
         while pos < self.size:
-            assert buf is not None
             header = self._header_at(pos)
+            rel = header.base_offset - self.base_offset
+            if header.base_offset < self.next_offset or rel > MAX_RELATIVE_OFFSET:
+                raise CorruptRecordError(
+                    f"{self.path}: batch at byte {pos} has offsets out of order"
+                )
             self._index_batch(pos, header)
+            last = pos
             pos += header.size
+        if last >= 0:
+            # the last batch decides where the segment's offsets end: check it whole
+            assert self._map is not None
+            self._check_at(self._map, last)
         self._add_final_time_entry()
 
     def _header_at(self, pos: int) -> BatchHeader:
@@ -242,8 +273,13 @@ class Segment:
         last_rel = 0
         try:
             while pos < self.size:
-                header = self._header_at(pos)
+                # every batch after the last entry is checked whole (at most about one
+                # index interval): the last one decides where the offsets end
+                assert self._map is not None
+                header = self._check_at(self._map, pos)
                 if rel is not None and header.base_offset != self.base_offset + rel:
+                    return False
+                if header.base_offset < next_offset:
                     return False
                 rel = None
                 last_rel = header.base_offset - self.base_offset
@@ -275,7 +311,8 @@ class Segment:
         rewrites each batch's baseOffset and epoch in the map (the CRC does not
         cover them); None on a follower, which keeps the leader's offsets.
         """
-        assert self.active and self._map is not None
+        assert self.active
+        assert self._map is not None
         pos = self.size
         end = pos + len(data)
         if end > self._reserved:
@@ -306,12 +343,19 @@ class Segment:
         if self._fd is not None:
             self._io.fdatasync(self._fd)
             return
-        for path in (self.path, self.offset_index.path, self.time_index.path):
+        self._fsync_files(self.path, self.offset_index.path, self.time_index.path)
+
+    def _fsync_files(self, *paths: Path) -> None:
+        for path in paths:
             fd = self._io.open(path, write=False)
             try:
                 self._io.fsync(fd)
             finally:
                 self._io.close(fd)
+
+    def _write_indexes_durably(self) -> None:
+        self.persist_indexes()
+        self._fsync_files(self.offset_index.path, self.time_index.path)
 
     def dup_fd(self) -> int:
         """A descriptor of the active file that a sync job owns (and closes)."""
@@ -354,49 +398,70 @@ class Segment:
 
         Returns at least one batch (even if larger than ``max_bytes``) when one
         qualifies, None when no batch at or after ``offset`` is below the bound.
-        Every returned batch has passed its CRC check.
+        Every returned batch has passed :meth:`_check_at`, and so has every batch
+        the walk from the index entry steps over: a damaged length field must
+        make the read fail, not land it on a later batch.
         """
         buf = self._mapped()
         if buf is None:
             return None
         pos = self.offset_index.position_for(offset - self.base_offset)
         size = self.size
-        while pos < size:
-            header = self._header_at(pos)
+        while True:
+            if pos >= size:
+                return None
+            header = self._check_at(buf, pos)
             if header.next_offset > offset:
                 break
             pos += header.size
         start = pos
-        first = -1
+        first = header.base_offset
         next_offset = offset
-        while pos < size:
-            try:
-                header = check_batch(buf, pos, size)
-            except CorruptRecordError as exc:
-                if pos > start:
-                    break
-                raise CorruptRecordError(f"{self.path} at byte {pos}: {exc}") from None
-            if header.next_offset > upper_bound or (
-                pos > start and pos + header.size - start > max_bytes
-            ):
-                break
-            if first < 0:
-                first = header.base_offset
+        while header.next_offset <= upper_bound and (
+            pos == start or pos + header.size - start <= max_bytes
+        ):
             next_offset = header.next_offset
             pos += header.size
+            if pos >= size:
+                break
+            try:
+                header = self._check_at(buf, pos)
+            except CorruptRecordError:
+                break  # serve what came before; the next read at this offset fails
         if pos == start:
             return None
         return Slice(memoryview(buf)[start:pos].toreadonly(), first, next_offset)
 
-    def find_timestamp(self, timestamp: int) -> BatchHeader | None:
-        """Header of the first batch whose maxTimestamp >= ``timestamp``, if any."""
+    def _check_at(self, buf: mmap.mmap, pos: int) -> BatchHeader:
+        """:func:`check_batch` (length, magic, CRC), and offsets inside this segment's range.
+
+        baseOffset is outside the CRC; a batch claiming offsets below the segment's
+        base or past its u32 range was damaged after it was written.
+        """
+        try:
+            header = check_batch(buf, pos, self.size)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"{self.path} at byte {pos}: {exc}") from None
+        rel = header.base_offset - self.base_offset
+        if rel < 0 or rel + header.last_offset_delta > MAX_RELATIVE_OFFSET:
+            raise CorruptRecordError(
+                f"{self.path} at byte {pos}: baseOffset {header.base_offset} is outside the "
+                f"segment's range"
+            )
+        return header
+
+    def find_timestamp(self, timestamp: int, from_offset: int = 0) -> BatchHeader | None:
+        """Header of the first batch whose maxTimestamp >= ``timestamp``, if any.
+
+        Only batches holding an offset >= ``from_offset`` count.
+        """
         if self.max_timestamp < timestamp or self._mapped() is None:
             return None
-        rel = self.time_index.start_offset_for(timestamp)
+        rel = max(self.time_index.start_offset_for(timestamp), from_offset - self.base_offset)
         pos = self.offset_index.position_for(rel)
         while pos < self.size:
             header = self._header_at(pos)
-            if header.max_timestamp >= timestamp:
+            if header.max_timestamp >= timestamp and header.next_offset > from_offset:
                 return header
             pos += header.size
         return None
@@ -462,6 +527,18 @@ class Segment:
     def __repr__(self) -> str:
         state = "active" if self.active else "sealed"
         return f"Segment({self.base_offset}..{self.next_offset}, {self.size} B, {state})"
+
+
+def _first_out_of_range(buf: mmap.mmap, end: int, base_offset: int) -> int | None:
+    """Position of the first batch in ``buf[:end]`` whose offsets do not fit a u32
+    relative to ``base_offset`` (a damaged baseOffset: the CRC does not cover it)."""
+    pos = 0
+    while pos < end:
+        header = parse_header(buf, pos)
+        if header.last_offset - base_offset > MAX_RELATIVE_OFFSET:
+            return pos
+        pos += header.size
+    return None
 
 
 def _nonzero_end(buf: mmap.mmap, start: int) -> int:

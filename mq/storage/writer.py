@@ -13,8 +13,12 @@ once for the whole drain, and only then completes the futures:
 * ``never``: as ``interval`` but with no timed sync; rolled segments are still
   synced in the background so that the recovery checkpoint moves on.
 
-Syncs never block the event loop. A failed write or sync takes the log offline
-(sticky :class:`~mq.errors.StorageError`); the writers of other partitions are
+Syncs never block the event loop, and only one sync job runs at a time (the
+task's, the timer's or :meth:`LogWriter.flush`'s): two jobs would race on the
+checkpoint file. A drain that holds a :meth:`LogWriter.call` waits for the sync
+in flight, so a truncation never runs under a job snapshotted before it. A
+failed write or sync takes the log offline (sticky
+:class:`~mq.errors.StorageError`); the writers of other partitions are
 untouched.
 
 Thread safety: an instance belongs to one event loop; call it from that loop.
@@ -55,6 +59,8 @@ class LogWriter:
         self._flush_timer: asyncio.TimerHandle | None = None
         self._flush_requested = False
         self._flush_again = False
+        self._sync_lock = asyncio.Lock()
+        """Held while a sync job runs, and while a drain with a call is applied."""
 
     def start(self) -> None:
         if self._task is None:
@@ -68,6 +74,16 @@ class LogWriter:
         """Append a producer's batches; returns once the flush policy is met."""
         result: AppendInfo = await self._submit(_APPEND, data, leader_epoch)
         return result
+
+    def submit_append(
+        self, data: bytes | bytearray | memoryview, *, leader_epoch: int = 0
+    ) -> asyncio.Future[AppendInfo]:
+        """Queue a producer's batches now and return the future of their ack.
+
+        Unlike :meth:`append`, the request is queued before this returns, so
+        callers that submit in some order append in that order.
+        """
+        return self._submit(_APPEND, data, leader_epoch)
 
     async def append_replicated(self, data: bytes | bytearray | memoryview) -> AppendInfo:
         """Append a leader's batches keeping their offsets (follower side)."""
@@ -120,7 +136,11 @@ class LogWriter:
                 await self._wake.wait()
                 continue
             drained, self._pending = self._pending, deque()
-            outcomes, appended = self._apply(drained)
+            if any(kind == _CALL for kind, *_ in drained):
+                async with self._sync_lock:
+                    outcomes, appended = self._apply(drained)
+            else:
+                outcomes, appended = self._apply(drained)
             if appended and policy is FlushPolicy.ALWAYS:
                 try:
                     await self._sync_now()
@@ -172,10 +192,11 @@ class LogWriter:
     # -- flushing ---------------------------------------------------------------
 
     async def _sync_now(self) -> None:
-        job = self.log.begin_flush()
-        if job is not None:
-            await asyncio.get_running_loop().run_in_executor(None, job.run)
-            self.log.end_flush(job)
+        async with self._sync_lock:
+            job = self.log.begin_flush()
+            if job is not None:
+                await asyncio.get_running_loop().run_in_executor(None, job.run)
+                self.log.end_flush(job)
 
     def _schedule_flush(self, policy: FlushPolicy) -> None:
         if policy is FlushPolicy.INTERVAL:
