@@ -39,8 +39,8 @@ from mq.storage.records import RecordInput, build_batch
 from mq.storage.writer import LogWriter
 
 MiB = 1 << 20
-APPENDERS = 8
-"""Concurrent appenders: the requests of several connections queued at once."""
+APPENDERS = 16
+"""Concurrent appenders (``--appenders``): requests of several connections queued at once."""
 
 
 @dataclass
@@ -90,19 +90,21 @@ def make_batch(record_bytes: int, batch_bytes: int) -> tuple[bytes, int]:
     return build_batch(records), count
 
 
-async def append_run(directory: Path, policy: FlushPolicy, batch: bytes, total: int) -> float:
+async def append_run(
+    directory: Path, policy: FlushPolicy, batch: bytes, total: int, appenders: int
+) -> float:
     """Seconds to append ``total`` bytes of ``batch`` copies until acknowledged and synced."""
     log = Log.open(directory, LogConfig(flush=policy))
     writer = LogWriter(log)
     writer.start()
-    per_appender = total // len(batch) // APPENDERS
+    per_appender = total // len(batch) // appenders
 
     async def appender() -> None:
         for _ in range(per_appender):
             await writer.append(batch)
 
     start = time.perf_counter()
-    await asyncio.gather(*(appender() for _ in range(APPENDERS)))
+    await asyncio.gather(*(appender() for _ in range(appenders)))
     await writer.flush()
     elapsed = time.perf_counter() - start
     await writer.close()
@@ -131,13 +133,15 @@ def read_run(directory: Path, expected_records: int) -> float:
     return elapsed
 
 
-def measure(data_dir: Path, total: int, runs: int, batch_bytes: int) -> list[Figure]:
+def measure(
+    data_dir: Path, total: int, runs: int, batch_bytes: int, appenders: int
+) -> list[Figure]:
     figures = [Figure("raw write", "fdatasync per 1 MiB", 0, 0, total // MiB * MiB, [])]
     for _ in range(runs):
         figures[0].seconds.append(raw_write(data_dir, total))
     for record_bytes in (100, 1024):
         batch, per_batch = make_batch(record_bytes, batch_bytes)
-        batches = total // len(batch) // APPENDERS * APPENDERS
+        batches = total // len(batch) // appenders * appenders
         size, records = batches * len(batch), batches * per_batch
         reads = Figure("read", "page cache", record_bytes, records, size, [])
         for policy in (FlushPolicy.ALWAYS, FlushPolicy.INTERVAL):
@@ -145,7 +149,8 @@ def measure(data_dir: Path, total: int, runs: int, batch_bytes: int) -> list[Fig
             for _ in range(runs):
                 directory = data_dir / f"bench-{record_bytes}-{policy.value}"
                 shutil.rmtree(directory, ignore_errors=True)
-                fig.seconds.append(asyncio.run(append_run(directory, policy, batch, total)))
+                elapsed = asyncio.run(append_run(directory, policy, batch, total, appenders))
+                fig.seconds.append(elapsed)
                 if policy is FlushPolicy.INTERVAL:
                     reads.seconds.append(read_run(directory, records))
                 shutil.rmtree(directory)
@@ -155,7 +160,11 @@ def measure(data_dir: Path, total: int, runs: int, batch_bytes: int) -> list[Fig
 
 
 def report(
-    figures: list[Figure], batch_bytes: int, as_json: bool, out: Callable[[str], None]
+    figures: list[Figure],
+    batch_bytes: int,
+    appenders: int,
+    as_json: bool,
+    out: Callable[[str], None],
 ) -> None:
     raw = figures[0].mb_per_s
     if as_json:
@@ -174,12 +183,13 @@ def report(
                         "records_per_s": round(f.records_per_s),
                         "vs_raw": round(f.mb_per_s / raw, 3),
                         "verified": f.workload == "read",
+                        "appenders": appenders,
                     }
                 )
             )
         return
     out(
-        f"batches of ~{batch_bytes // 1024} KiB, {APPENDERS} concurrent appenders, "
+        f"batches of ~{batch_bytes // 1024} KiB, {appenders} concurrent appenders, "
         f"median of {len(figures[0].seconds)} runs"
     )
     columns = ("workload", "setting", "record", "MB/s", "records/s", "vs raw")
@@ -199,14 +209,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mib", type=int, default=256, help="MiB written per measurement")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--batch-kib", type=int, default=64, help="producer batch size")
+    parser.add_argument("--appenders", type=int, default=APPENDERS, help="concurrent appenders")
     parser.add_argument("--quick", action="store_true", help="32 MiB, one run (a smoke run)")
     parser.add_argument("--json", action="store_true", help="one JSON object per figure")
     args = parser.parse_args(argv)
     if args.quick:
         args.mib, args.runs = 32, 1
     args.data_dir.mkdir(parents=True, exist_ok=True)
-    figures = measure(args.data_dir, args.mib * MiB, args.runs, args.batch_kib * 1024)
-    report(figures, args.batch_kib * 1024, args.json, print)
+    figures = measure(
+        args.data_dir, args.mib * MiB, args.runs, args.batch_kib * 1024, args.appenders
+    )
+    report(figures, args.batch_kib * 1024, args.appenders, args.json, print)
     return 0
 
 

@@ -59,6 +59,10 @@ class LogWriter:
         self._flush_timer: asyncio.TimerHandle | None = None
         self._flush_requested = False
         self._flush_again = False
+        self._unsynced_groups: list[
+            tuple[list[tuple[asyncio.Future[Any], Any]], list[AppendInfo]]
+        ] = []
+        self._commit_task: asyncio.Task[None] | None = None
         self._sync_lock = asyncio.Lock()
         """Held while a sync job runs, and while a drain with a call is applied."""
 
@@ -131,6 +135,8 @@ class LogWriter:
                 self._start_background_flush()
             if not self._pending:
                 if self._closing:
+                    if self._commit_task is not None:
+                        await self._commit_task
                     return
                 self._wake.clear()
                 await self._wake.wait()
@@ -142,25 +148,48 @@ class LogWriter:
             else:
                 outcomes, appended = self._apply(drained)
             if appended and policy is FlushPolicy.ALWAYS:
-                try:
-                    await self._sync_now()
-                except StorageError as exc:
-                    outcomes = [
-                        (f, exc if not isinstance(r, BaseException) else r) for f, r in outcomes
-                    ]
-                    appended = []
-            for future, result in outcomes:
-                if future.done():
-                    continue
-                if isinstance(result, BaseException):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
-            if self._on_append is not None:
-                for info in appended:
-                    self._on_append(info)
+                # acknowledged only once synced: the commit task syncs every group
+                # copied so far while this loop copies the next one (pipelining)
+                self._unsynced_groups.append((outcomes, appended))
+                if self._commit_task is None or self._commit_task.done():
+                    self._commit_task = asyncio.get_running_loop().create_task(self._group_commit())
+                continue
+            self._complete(outcomes, appended)
             if appended:
                 self._schedule_flush(policy)
+
+    def _complete(
+        self, outcomes: list[tuple[asyncio.Future[Any], Any]], appended: list[AppendInfo]
+    ) -> None:
+        for future, result in outcomes:
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+        if self._on_append is not None:
+            for info in appended:
+                self._on_append(info)
+
+    async def _group_commit(self) -> None:
+        """Sync and acknowledge copied groups, oldest first, until none is left."""
+        while self._unsynced_groups:
+            groups: list[tuple[list[tuple[asyncio.Future[Any], Any]], list[AppendInfo]]] = []
+            try:
+                async with self._sync_lock:
+                    groups, self._unsynced_groups = self._unsynced_groups, []
+                    job = self.log.begin_flush()  # covers every group taken above
+                    if job is not None:
+                        await asyncio.get_running_loop().run_in_executor(None, job.run)
+                        self.log.end_flush(job)
+            except StorageError as exc:
+                for outcomes, _ in groups:
+                    failed = [(f, r if isinstance(r, BaseException) else exc) for f, r in outcomes]
+                    self._complete(failed, [])
+                continue
+            for outcomes, appended in groups:
+                self._complete(outcomes, appended)
 
     def _apply(
         self, drained: deque[tuple[int, Any, int, asyncio.Future[Any]]]
