@@ -15,7 +15,7 @@ $(STAMP): setup.cfg pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/python -m benchmarks.storage --quick
+	$(BIN)/mq serve
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -39,7 +39,7 @@ from mq.storage.records import RecordInput, build_batch
 from mq.storage.writer import LogWriter
 
 MiB = 1 << 20
-APPENDERS = 16
+APPENDERS = 32
 """Concurrent appenders (``--appenders``): requests of several connections queued at once."""
 
 
