@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import uuid
+from typing import TYPE_CHECKING
 
 from mq.broker.catalog import Catalog, TopicInfo, topic_log_config
 from mq.broker.config import BrokerConfig
@@ -29,6 +30,9 @@ from mq.errors import (
     UnknownTopicOrPartitionError,
 )
 from mq.wire.limits import validate_topic_name
+
+if TYPE_CHECKING:
+    from mq.broker.coordinator import GroupCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +49,8 @@ class Broker:
         self._lock_fd: int | None = None
         self._retention_task: asyncio.Task[None] | None = None
         self.advertised: tuple[str, int] = (config.host, config.port)
+        self.coordinator: GroupCoordinator | None = None
+        """Set by the server once the offsets topic is loaded."""
 
     # -- lifecycle ----------------------------------------------------------------
 

@@ -34,6 +34,8 @@ class BrokerConfig:
     auto_create_topics: bool = True
     """Create a topic on first produce or metadata request, as Kafka does by default."""
     default_partitions: int = 1
+    offsets_partitions: int = 10
+    """Partitions of ``__consumer_offsets`` (fixed once the topic exists)."""
     retention_check_ms: int = 60_000
     """How often retention runs over every partition."""
     log: LogConfig = field(default_factory=LogConfig)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+from mq.errors import MQError
 
 ANONYMOUS = "User:ANONYMOUS"
 
@@ -22,3 +25,9 @@ class RequestContext:
     principal: str = ANONYMOUS
     closing: bool = field(default=False)
     """Set when the connection closes: long polls stop waiting."""
+
+
+def set_error(result: Any, exc: MQError) -> None:
+    """Put an error on a per-topic or per-partition result (all have these two keys)."""
+    result["error"] = exc.code
+    result["message"] = exc.message

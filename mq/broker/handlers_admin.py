@@ -11,7 +11,7 @@ from typing import Any
 
 from mq.broker.broker import CLUSTER_ID, Broker
 from mq.broker.catalog import TOPIC_CONFIG_KEYS, topic_log_config
-from mq.broker.context import RequestContext
+from mq.broker.context import RequestContext, set_error
 from mq.errors import MQError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from mq.storage.log import Log
 from mq.wire.apis_core import (
@@ -205,5 +205,5 @@ async def delete_records(
                 await partition.writer.call(partial(Log.advance_log_start, offset=target))
                 result["low_watermark"] = partition.log.log_start_offset
             except MQError as exc:
-                result.update(error=exc.code, message=exc.message)
+                set_error(result, exc)
     return response

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from mq.broker.broker import Broker
-from mq.broker.context import RequestContext
+from mq.broker.context import RequestContext, set_error
 from mq.errors import MQError, RequestTimedOutError
 from mq.storage.log import AppendInfo
 from mq.wire.apis_data import (
@@ -30,12 +29,6 @@ from mq.wire.apis_data import (
     ProduceRequest,
     ProduceResponse,
 )
-
-
-def _set_error(result: Any, exc: MQError) -> None:
-    """Put an error on a per-partition result (every result type has these two keys)."""
-    result["error"] = exc.code
-    result["message"] = exc.message
 
 
 async def produce(broker: Broker, ctx: RequestContext, body: ProduceRequest) -> ProduceResponse:
@@ -60,7 +53,7 @@ async def produce(broker: Broker, ctx: RequestContext, body: ProduceRequest) -> 
                 partition = broker.partition(topic["name"], part["partition"])
                 pending.append((topic["name"], result, partition.append(part["records"])))
             except MQError as exc:
-                _set_error(result, exc)
+                set_error(result, exc)
     if not pending:
         return topics
     futures = [f for _, _, f in pending]
@@ -68,11 +61,11 @@ async def produce(broker: Broker, ctx: RequestContext, body: ProduceRequest) -> 
     done, _ = await asyncio.wait(futures, timeout=timeout)
     for name, result, future in pending:
         if future not in done:
-            _set_error(result, RequestTimedOutError(f"{name}: no ack within timeout_ms"))
+            set_error(result, RequestTimedOutError(f"{name}: no ack within timeout_ms"))
             continue
         failure = future.exception()
         if isinstance(failure, MQError):
-            _set_error(result, failure)
+            set_error(result, failure)
         elif failure is not None:
             raise failure
         else:
@@ -106,7 +99,7 @@ def _fetch_once(
                 result["last_stable_offset"] = partition.high_watermark
                 result["log_start_offset"] = partition.log.log_start_offset
             except MQError as exc:
-                _set_error(result, exc)
+                set_error(result, exc)
                 continue
             if found is not None:
                 result["records"] = found.data
@@ -191,5 +184,5 @@ async def list_offsets(
                     else:
                         result["offset"], result["timestamp"] = -1, -1
             except MQError as exc:
-                _set_error(result, exc)
+                set_error(result, exc)
     return response

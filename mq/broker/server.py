@@ -22,11 +22,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from mq.broker import handlers_admin, handlers_data
+from mq.broker import handlers_admin, handlers_data, handlers_groups
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext
+from mq.broker.coordinator import GroupCoordinator
+from mq.broker.offsets import OffsetStore
 from mq.errors import MQError, ProtocolError, UnsupportedVersionError
-from mq.wire import apis_core, apis_data
+from mq.wire import apis_core, apis_data, apis_groups
 from mq.wire.frames import FrameDecoder
 from mq.wire.messages import (
     Request,
@@ -51,6 +53,14 @@ HANDLERS: dict[int, Handler] = {
     apis_data.PRODUCE.key: handlers_data.produce,
     apis_data.FETCH.key: handlers_data.fetch,
     apis_data.LIST_OFFSETS.key: handlers_data.list_offsets,
+    apis_groups.FIND_COORDINATOR.key: handlers_groups.find_coordinator,
+    apis_groups.JOIN_GROUP.key: handlers_groups.join_group,
+    apis_groups.HEARTBEAT.key: handlers_groups.heartbeat,
+    apis_groups.LEAVE_GROUP.key: handlers_groups.leave_group,
+    apis_groups.OFFSET_COMMIT.key: handlers_groups.offset_commit,
+    apis_groups.OFFSET_FETCH.key: handlers_groups.offset_fetch,
+    apis_groups.DESCRIBE_GROUPS.key: handlers_groups.describe_groups,
+    apis_groups.LIST_GROUPS.key: handlers_groups.list_groups,
 }
 
 _connection_ids = itertools.count(1)
@@ -179,6 +189,11 @@ class Server:
         """Start the broker and listen; returns the address actually bound (port 0 → free port)."""
         await self.broker.start()
         config = self.broker.config
+        coordinator = GroupCoordinator(
+            self.broker, OffsetStore(self.broker, config.offsets_partitions)
+        )
+        await coordinator.start()
+        self.broker.coordinator = coordinator
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Connection(self), config.host, config.port, reuse_address=True, backlog=1024
@@ -196,4 +211,6 @@ class Server:
             connection.close()
         if self._server is not None:
             await self._server.wait_closed()
+        if self.broker.coordinator is not None:
+            await self.broker.coordinator.stop()
         await self.broker.stop()

@@ -1,0 +1,256 @@
+"""The group coordinator: members, sessions, cooperative assignment, commits.
+
+The rules live in :mod:`mq.groups` (pure); this module feeds them requests and
+a clock and turns their answers into responses:
+
+* ``join`` adds a member (a new id for ``member_id=""``), or replaces a static
+  member with the same ``group_instance_id`` (the old id is fenced), and
+  starts its session;
+* ``heartbeat`` renews the session and answers with what the member must own
+  and revoke; members still converging are asked to heartbeat sooner;
+* a member whose session or revocation deadline passes is expelled, and its
+  partitions go to the others; a static member that comes back before its
+  session expired takes its partitions back without a rebalance;
+* ``commit``/``fetch`` read and write :class:`~mq.broker.offsets.OffsetStore`.
+
+Thread safety: one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mq.broker.broker import Broker
+from mq.broker.offsets import CommittedOffset, OffsetStore
+from mq.errors import (
+    FencedInstanceIdError,
+    InconsistentGroupProtocolError,
+    InvalidGroupIdError,
+    InvalidSessionTimeoutError,
+    UnknownMemberIdError,
+)
+from mq.groups.assignors import Subscription, TopicPartition
+from mq.groups.rebalance import GroupAssignment, MemberView, Sessions
+
+log = logging.getLogger(__name__)
+
+MIN_SESSION_TIMEOUT_MS = 1_000
+MAX_SESSION_TIMEOUT_MS = 30 * 60_000
+HEARTBEAT_MS = 3_000
+"""Heartbeat interval of a stable member (capped at a third of its session timeout)."""
+CONVERGING_HEARTBEAT_MS = 100
+"""Heartbeat interval while a member has partitions to revoke or to receive."""
+EXPIRY_TICK_S = 0.1
+
+
+@dataclass
+class Member:
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    topics: list[str]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+
+    @property
+    def heartbeat_ms(self) -> int:
+        return max(CONVERGING_HEARTBEAT_MS, min(HEARTBEAT_MS, self.session_timeout_ms // 3))
+
+
+@dataclass
+class Group:
+    group_id: str
+    assignment: GroupAssignment
+    sessions: Sessions
+    revocations: Sessions
+    members: dict[str, Member] = field(default_factory=dict)
+    fenced: set[str] = field(default_factory=set)
+
+
+class GroupCoordinator:
+    """Every consumer group whose offsets partition this broker leads."""
+
+    def __init__(
+        self, broker: Broker, offsets: OffsetStore, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._broker = broker
+        self.offsets = offsets
+        self._clock = clock
+        self.groups: dict[str, Group] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.offsets.start()
+        self._task = asyncio.get_running_loop().create_task(self._expire_loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    # -- membership -----------------------------------------------------------------
+
+    def join(
+        self,
+        group_id: str,
+        member_id: str,
+        instance_id: str | None,
+        topics: list[str],
+        assignor: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        client_id: str,
+        client_host: str,
+    ) -> tuple[Member, int]:
+        """Add or update a member; returns it and the group's generation."""
+        if not group_id:
+            raise InvalidGroupIdError("a group id must not be empty")
+        if not MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
+            raise InvalidSessionTimeoutError(
+                f"session timeout {session_timeout_ms} ms is outside "
+                f"[{MIN_SESSION_TIMEOUT_MS}, {MAX_SESSION_TIMEOUT_MS}]"
+            )
+        group = self._group(group_id, assignor)
+        self._expire(group)
+        if member_id and member_id not in group.members:
+            if member_id in group.fenced:
+                raise FencedInstanceIdError(f"member {member_id} was replaced by a newer instance")
+            raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
+        if not member_id:
+            member_id = f"{client_id or 'member'}-{uuid.uuid4().hex[:12]}"
+        member = Member(
+            member_id,
+            instance_id,
+            client_id,
+            client_host,
+            sorted(set(topics)),
+            session_timeout_ms,
+            rebalance_timeout_ms,
+        )
+        group.assignment.set_partitions(self._partition_counts(group, extra=topics))
+        replaced = group.assignment.join(member_id, Subscription(frozenset(topics), instance_id))
+        if replaced is not None:
+            group.members.pop(replaced, None)
+            group.sessions.stop(replaced)
+            group.revocations.stop(replaced)
+            group.fenced.add(replaced)
+            log.info("group %s: %s replaces static member %s", group_id, member_id, replaced)
+        group.members[member_id] = member
+        group.sessions.start(member_id, session_timeout_ms / 1000)
+        group.assignment.set_partitions(self._partition_counts(group))
+        return member, group.assignment.generation
+
+    def heartbeat(
+        self, group_id: str, member_id: str, owned: set[TopicPartition]
+    ) -> tuple[MemberView, int, int]:
+        """(what to own and revoke, generation, next heartbeat interval in ms)."""
+        group, member = self._member(group_id, member_id)
+        group.sessions.touch(member_id)
+        counts = self._partition_counts(group)
+        if counts != dict(group.assignment.partitions):
+            group.assignment.set_partitions(counts)
+        view = group.assignment.heartbeat(member_id, owned)
+        if view.revoke:
+            if member_id not in group.revocations:
+                group.revocations.start(member_id, member.rebalance_timeout_ms / 1000)
+        else:
+            group.revocations.stop(member_id)
+        converging = view.revoke or view.assignment != group.assignment.target(member_id)
+        interval = CONVERGING_HEARTBEAT_MS if converging else member.heartbeat_ms
+        return view, group.assignment.generation, interval
+
+    def leave(self, group_id: str, member_id: str, instance_id: str | None) -> None:
+        group = self.groups.get(group_id)
+        if group is None:
+            raise UnknownMemberIdError(f"group {group_id} has no members")
+        if not member_id and instance_id is not None:
+            member_id = group.assignment.member_for_instance(instance_id) or ""
+        self._member(group_id, member_id)
+        self._remove(group, member_id, "left")
+
+    def _member(self, group_id: str, member_id: str) -> tuple[Group, Member]:
+        group = self.groups.get(group_id)
+        if group is not None:
+            self._expire(group)
+            member = group.members.get(member_id)
+            if member is not None:
+                return group, member
+            if member_id in group.fenced:
+                raise FencedInstanceIdError(f"member {member_id} was replaced by a newer instance")
+        raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
+
+    def _group(self, group_id: str, assignor: str) -> Group:
+        group = self.groups.get(group_id)
+        if group is not None and group.members and group.assignment.assignor != assignor:
+            raise InconsistentGroupProtocolError(
+                f"group {group_id} uses the {group.assignment.assignor} assignor, not {assignor}"
+            )
+        if group is None or not group.members:
+            group = Group(
+                group_id, GroupAssignment(assignor), Sessions(self._clock), Sessions(self._clock)
+            )
+            self.groups[group_id] = group
+        return group
+
+    def _partition_counts(self, group: Group, extra: list[str] | None = None) -> dict[str, int]:
+        topics = {t for m in group.members.values() for t in m.topics} | set(extra or ())
+        counts = {}
+        for topic in topics:
+            info = self._broker.catalog.get(topic)
+            if info is not None:
+                counts[topic] = info.partitions
+        return counts
+
+    def _remove(self, group: Group, member_id: str, why: str) -> None:
+        group.assignment.leave(member_id)
+        group.members.pop(member_id, None)
+        group.sessions.stop(member_id)
+        group.revocations.stop(member_id)
+        log.info("group %s: member %s %s", group.group_id, member_id, why)
+
+    def _expire(self, group: Group) -> None:
+        for member_id in {*group.sessions.expired(), *group.revocations.expired()}:
+            if member_id in group.members:
+                self._remove(group, member_id, "expired")
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRY_TICK_S)
+            for group in list(self.groups.values()):
+                self._expire(group)
+
+    # -- offsets ------------------------------------------------------------------------
+
+    async def commit(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        offsets: dict[TopicPartition, CommittedOffset],
+    ) -> None:
+        """Store commits from a member, or from a tool while the group has no members."""
+        if not group_id:
+            raise InvalidGroupIdError("a group id must not be empty")
+        group = self.groups.get(group_id)
+        if member_id or generation_id != -1:
+            self._member(group_id, member_id)
+        elif group is not None and group.members:
+            raise UnknownMemberIdError(
+                f"group {group_id} has members: only they may commit (stop them to reset offsets)"
+            )
+        await self.offsets.commit(group_id, offsets)
+
+    def describe_state(self, group_id: str) -> str:
+        group = self.groups.get(group_id)
+        if group is None or not group.members:
+            return "Empty" if self.offsets.committed(group_id) or group else "Dead"
+        return group.assignment.state()
+
+    def group_ids(self) -> list[str]:
+        live = [g for g, group in self.groups.items() if group.members]
+        return sorted(set(live) | set(self.offsets.groups()))

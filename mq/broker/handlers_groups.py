@@ -1,0 +1,214 @@
+"""Handlers of the consumer-group APIs: wire shapes in and out of the coordinator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mq.broker.broker import Broker
+from mq.broker.context import RequestContext, set_error
+from mq.broker.coordinator import GroupCoordinator
+from mq.broker.offsets import MAX_METADATA_BYTES, CommittedOffset
+from mq.errors import MQError, OffsetMetadataTooLargeError
+from mq.groups.assignors import TopicPartition, from_wire, to_wire
+from mq.wire.apis_groups import (
+    DescribedGroup,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    GroupOffset,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    PartitionResult,
+)
+
+
+def _coordinator(broker: Broker) -> GroupCoordinator:
+    coordinator = broker.coordinator
+    assert coordinator is not None, "the coordinator starts with the broker"
+    return coordinator
+
+
+async def find_coordinator(
+    broker: Broker, ctx: RequestContext, body: FindCoordinatorRequest
+) -> FindCoordinatorResponse:
+    """This node: on a single node it leads every offsets partition."""
+    host, port = broker.advertised
+    return {"node_id": broker.config.node_id, "host": host, "port": port}
+
+
+async def join_group(
+    broker: Broker, ctx: RequestContext, body: JoinGroupRequest
+) -> JoinGroupResponse:
+    member, generation = _coordinator(broker).join(
+        body["group_id"],
+        body["member_id"],
+        body["group_instance_id"],
+        body["topics"],
+        body["assignor"],
+        body["session_timeout_ms"],
+        body["rebalance_timeout_ms"],
+        ctx.client_id or "",
+        ctx.peer,
+    )
+    return {
+        "member_id": member.member_id,
+        "generation_id": generation,
+        "heartbeat_interval_ms": member.heartbeat_ms,
+    }
+
+
+async def heartbeat(
+    broker: Broker, ctx: RequestContext, body: HeartbeatRequest
+) -> HeartbeatResponse:
+    view, generation, interval = _coordinator(broker).heartbeat(
+        body["group_id"], body["member_id"], from_wire(body["owned"])
+    )
+    return {
+        "generation_id": generation,
+        "assignment": to_wire(view.assignment),
+        "revoke": to_wire(view.revoke),
+        "heartbeat_interval_ms": interval,
+    }
+
+
+async def leave_group(
+    broker: Broker, ctx: RequestContext, body: LeaveGroupRequest
+) -> LeaveGroupResponse:
+    _coordinator(broker).leave(body["group_id"], body["member_id"], body["group_instance_id"])
+    return {}
+
+
+async def offset_commit(
+    broker: Broker, ctx: RequestContext, body: OffsetCommitRequest
+) -> OffsetCommitResponse:
+    """Commit every valid partition at once; per-partition errors for the others."""
+    response: OffsetCommitResponse = {"topics": []}
+    offsets: dict[TopicPartition, CommittedOffset] = {}
+    results: list[PartitionResult] = []
+    for topic in body["topics"]:
+        topic_results: list[PartitionResult] = []
+        response["topics"].append({"name": topic["name"], "partitions": topic_results})
+        for part in topic["partitions"]:
+            result: PartitionResult = {"partition": part["partition"], "error": 0, "message": None}
+            topic_results.append(result)
+            metadata = part["metadata"]
+            if metadata is not None and len(metadata.encode()) > MAX_METADATA_BYTES:
+                error = OffsetMetadataTooLargeError(f"metadata over {MAX_METADATA_BYTES} bytes")
+                set_error(result, error)
+                continue
+            offsets[TopicPartition(topic["name"], part["partition"])] = CommittedOffset(
+                part["offset"], part["leader_epoch"], metadata, 0
+            )
+            results.append(result)
+    try:
+        await _coordinator(broker).commit(
+            body["group_id"], body["member_id"], body["generation_id"], offsets
+        )
+    except MQError as exc:
+        for result in results:
+            set_error(result, exc)
+    return response
+
+
+async def offset_fetch(
+    broker: Broker, ctx: RequestContext, body: OffsetFetchRequest
+) -> OffsetFetchResponse:
+    committed = _coordinator(broker).offsets.committed(body["group_id"])
+    wanted: dict[str, list[int]] = {}
+    if body["topics"] is None:
+        for tp in sorted(committed):
+            wanted.setdefault(tp.topic, []).append(tp.partition)
+    else:
+        wanted = {t["name"]: list(t["partitions"]) for t in body["topics"]}
+    response: OffsetFetchResponse = {"topics": []}
+    for name, partitions in wanted.items():
+        entries: list[Any] = []
+        for index in partitions:
+            found = committed.get(TopicPartition(name, index))
+            entries.append(
+                {
+                    "partition": index,
+                    "error": 0,
+                    "message": None,
+                    "offset": found.offset if found else -1,
+                    "leader_epoch": found.leader_epoch if found else -1,
+                    "metadata": found.metadata if found else None,
+                }
+            )
+        response["topics"].append({"name": name, "partitions": entries})
+    return response
+
+
+async def describe_groups(
+    broker: Broker, ctx: RequestContext, body: DescribeGroupsRequest
+) -> DescribeGroupsResponse:
+    """Members with what they own, and per partition the committed offset and high watermark."""
+    coordinator = _coordinator(broker)
+    response: DescribeGroupsResponse = {"groups": []}
+    for group_id in body["groups"]:
+        group = coordinator.groups.get(group_id)
+        members: list[Any] = []
+        assignor, generation = "", -1
+        if group is not None:
+            assignor, generation = group.assignment.assignor, group.assignment.generation
+            for member in group.members.values():
+                members.append(
+                    {
+                        "member_id": member.member_id,
+                        "group_instance_id": member.instance_id,
+                        "client_id": member.client_id,
+                        "client_host": member.client_host,
+                        "topics": member.topics,
+                        "assignment": to_wire(group.assignment.owned(member.member_id)),
+                    }
+                )
+        committed = coordinator.offsets.committed(group_id)
+        owned = {tp for m in members for tp in from_wire(m["assignment"])}
+        offsets: list[GroupOffset] = []
+        for tp in sorted(set(committed) | owned):
+            hosted = broker.partitions.get((tp.topic, tp.partition))
+            found = committed.get(tp)
+            offsets.append(
+                {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "committed_offset": found.offset if found else -1,
+                    "high_watermark": hosted.high_watermark if hosted else -1,
+                }
+            )
+        described: DescribedGroup = {
+            "group_id": group_id,
+            "error": 0,
+            "message": None,
+            "state": coordinator.describe_state(group_id),
+            "assignor": assignor,
+            "generation_id": generation,
+            "members": members,
+            "offsets": offsets,
+        }
+        response["groups"].append(described)
+    return response
+
+
+async def list_groups(
+    broker: Broker, ctx: RequestContext, body: ListGroupsRequest
+) -> ListGroupsResponse:
+    coordinator = _coordinator(broker)
+    states = set(body["states"])
+    groups: list[Any] = []
+    for group_id in coordinator.group_ids():
+        state = coordinator.describe_state(group_id)
+        if not states or state in states:
+            groups.append({"group_id": group_id, "state": state})
+    return {"groups": groups}
