@@ -1,0 +1,335 @@
+"""The broker over its wire protocol, with a raw socket client (no client library).
+
+Each test talks to a real ``mq serve`` process on loopback (see conftest.py).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+from typing import Any
+
+import pytest
+from conftest import BrokerProcess
+
+from mq.storage.records import build_batch, decode_records
+from mq.wire import apis_core, apis_data, apis_groups
+from mq.wire.frames import FrameDecoder
+from mq.wire.messages import decode_response, encode_request, unpack_response
+from mq.wire.registry import Api
+
+TIMEOUT_S = 10.0
+
+
+class Raw:
+    """A blocking connection that sends requests and reads responses by correlation id."""
+
+    def __init__(self, bootstrap: str) -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=TIMEOUT_S)
+        self.decoder: FrameDecoder[bytes] = FrameDecoder()
+        self.cid = 0
+        self.apis: dict[int, Api[Any, Any]] = {}
+
+    def send(self, api: Api[Any, Any], body: Any) -> int:
+        self.cid += 1
+        self.apis[self.cid] = api
+        self.sock.sendall(encode_request(api, 0, self.cid, "raw-test", body))
+        return self.cid
+
+    def receive(self) -> tuple[int, Any]:
+        """The next response: (correlation id, body); raises the broker's error."""
+        while True:
+            for payload in self.decoder.frames():
+                envelope = unpack_response(payload)
+                api = self.apis.pop(envelope.correlation_id)
+                return envelope.correlation_id, decode_response(envelope, api, 0).result()
+            data = self.sock.recv(1 << 20)
+            if not data:
+                raise ConnectionError("the broker closed the connection")
+            self.decoder.feed(data)
+
+    def call(self, api: Api[Any, Any], body: Any) -> Any:
+        cid = self.send(api, body)
+        got, result = self.receive()
+        assert got == cid
+        return result
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Raw:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def batch(values: list[bytes]) -> bytes:
+    now = int(time.time() * 1000)
+    return build_batch([(None, v, [], now) for v in values])
+
+
+def produce_body(topic: str, partition: int, records: bytes, acks: int = -1) -> Any:
+    return {
+        "acks": acks,
+        "timeout_ms": 5000,
+        "topics": [{"name": topic, "partitions": [{"partition": partition, "records": records}]}],
+    }
+
+
+def fetch_body(topic: str, partition: int, offset: int, wait_ms: int = 0) -> Any:
+    return {
+        "max_wait_ms": wait_ms,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "topics": [
+            {
+                "name": topic,
+                "partitions": [
+                    {"partition": partition, "fetch_offset": offset, "partition_max_bytes": 1 << 20}
+                ],
+            }
+        ],
+    }
+
+
+def read_all(raw: Raw, topic: str, partition: int) -> list[bytes | None]:
+    values: list[bytes | None] = []
+    offset = 0
+    while True:
+        part = raw.call(apis_data.FETCH, fetch_body(topic, partition, offset))["topics"][0][
+            "partitions"
+        ][0]
+        assert part["error"] == 0, part
+        if not part["records"]:
+            return values
+        data, pos = part["records"], 0
+        while pos < len(data):
+            size = struct.unpack_from(">i", data, pos + 8)[0] + 12
+            records = decode_records(data[pos : pos + size])
+            values.extend(r.value for r in records if r.offset >= offset)
+            pos += size
+        offset = part["high_watermark"] if pos else offset
+        offset = max(offset, len(values))
+
+
+def create(raw: Raw, topic: str, partitions: int = 1, **configs: str) -> None:
+    body = {
+        "topics": [
+            {"name": topic, "partitions": partitions, "replication_factor": 1, "configs": configs}
+        ],
+        "timeout_ms": 1000,
+    }
+    result = raw.call(apis_core.CREATE_TOPICS, body)["topics"][0]
+    assert result["error"] == 0, result
+
+
+@pytest.fixture
+def raw(bootstrap: str) -> Any:
+    connection = Raw(bootstrap)
+    yield connection
+    connection.close()
+
+
+def test_produce_and_fetch_round_trip_for_each_acks_level(raw: Raw) -> None:
+    create(raw, "round-trip")
+    for acks, word in ((-1, b"all"), (1, b"leader")):
+        result = raw.call(apis_data.PRODUCE, produce_body("round-trip", 0, batch([word]), acks))
+        assert result["topics"][0]["partitions"][0]["error"] == 0
+    raw.send(apis_data.PRODUCE, produce_body("round-trip", 0, batch([b"none"]), acks=0))
+    raw.apis.pop(raw.cid)  # acks=0: no response will come
+    # the next answer is api_versions': nothing was sent back for the acks=0 produce
+    assert "apis" in raw.call(apis_core.API_VERSIONS, {})
+    deadline = time.monotonic() + TIMEOUT_S
+    while (values := read_all(raw, "round-trip", 0)) != [b"all", b"leader", b"none"]:
+        assert time.monotonic() < deadline, values
+
+
+def test_pipelined_produces_on_one_connection_append_in_order(raw: Raw) -> None:
+    create(raw, "pipelined")
+    sent = [
+        raw.send(apis_data.PRODUCE, produce_body("pipelined", 0, batch([b"%d" % i])))
+        for i in range(50)
+    ]
+    offsets = {}
+    for _ in sent:
+        cid, result = raw.receive()
+        offsets[cid] = result["topics"][0]["partitions"][0]["base_offset"]
+    assert [offsets[cid] for cid in sent] == list(range(50))
+    assert read_all(raw, "pipelined", 0) == [b"%d" % i for i in range(50)]
+
+
+def test_a_long_poll_returns_when_data_arrives_and_does_not_block_produce(bootstrap: str) -> None:
+    poller, producer = Raw(bootstrap), Raw(bootstrap)
+    try:
+        create(producer, "long-poll")
+        started = time.monotonic()
+        cid = poller.send(apis_data.FETCH, fetch_body("long-poll", 0, 0, wait_ms=8000))
+        time.sleep(0.3)
+        producer.call(apis_data.PRODUCE, produce_body("long-poll", 0, batch([b"wake"])))
+        got, result = poller.receive()
+        elapsed = time.monotonic() - started
+        assert got == cid
+        assert result["topics"][0]["partitions"][0]["records"]
+        assert elapsed < 5.0  # well before max_wait_ms
+    finally:
+        poller.close()
+        producer.close()
+
+
+def test_bad_input_gets_errors_and_the_broker_keeps_serving(bootstrap: str) -> None:
+    with Raw(bootstrap) as good:
+        _bad_input_is_refused(good)
+
+
+def _bad_input_is_refused(good: Raw) -> None:
+    create(good, "survives")
+    good.call(apis_data.PRODUCE, produce_body("survives", 0, batch([b"kept"])))
+    # an invalid body is answered with an error under its correlation id
+    with pytest.raises(Exception, match="produce"):
+        good.call(apis_data.PRODUCE, {"acks": 7, "timeout_ms": 1, "topics": []})
+    # a corrupt batch fails its partition only
+    damaged = bytearray(batch([b"x"]))
+    damaged[-1] ^= 0xFF
+    result = good.call(apis_data.PRODUCE, produce_body("survives", 0, bytes(damaged)))
+    assert result["topics"][0]["partitions"][0]["error"] == 2  # CORRUPT_MESSAGE
+    for junk in (
+        b"\x7f\xff\xff\xff",  # announces a 2 GiB frame
+        b"\x00\x00\x00\x03\xc1\xc1\xc1",  # not msgpack
+        b"\x00\x00\x00\x02\x92\x01",  # an envelope of the wrong shape
+    ):
+        bad = socket.create_connection(good.sock.getpeername()[:2], timeout=TIMEOUT_S)
+        bad.sendall(junk)
+        assert bad.recv(100) == b""  # closed, not crashed
+        bad.close()
+    assert read_all(good, "survives", 0) == [b"kept"]
+
+
+def test_topics_metadata_and_configs(raw: Raw) -> None:
+    create(raw, "admin-a", partitions=3, **{"retention.ms": "3600000"})
+    again = raw.call(
+        apis_core.CREATE_TOPICS,
+        {
+            "topics": [{"name": "admin-a", "partitions": 1, "replication_factor": 1}],
+            "timeout_ms": 1,
+        },
+    )
+    assert again["topics"][0]["error"] == 36  # TOPIC_ALREADY_EXISTS
+    meta = raw.call(apis_core.METADATA, {"topics": ["admin-a"]})
+    assert [p["partition"] for p in meta["topics"][0]["partitions"]] == [0, 1, 2]
+    altered = raw.call(
+        apis_core.ALTER_CONFIGS,
+        {"topics": [{"name": "admin-a", "configs": {"segment.bytes": "4194304"}}]},
+    )
+    assert altered["topics"][0]["error"] == 0, altered
+    described = raw.call(apis_core.DESCRIBE_CONFIGS, {"topics": [{"name": "admin-a"}]})
+    configs = {c["name"]: c for c in described["topics"][0]["configs"]}
+    assert configs["retention.ms"]["value"] == "3600000"
+    assert configs["segment.bytes"]["value"] == "4194304"
+    assert configs["flush"]["is_default"]
+    bad = raw.call(
+        apis_core.ALTER_CONFIGS, {"topics": [{"name": "admin-a", "configs": {"nope": "1"}}]}
+    )
+    assert bad["topics"][0]["error"] == 40  # INVALID_CONFIG
+    assert (
+        raw.call(apis_core.DELETE_TOPICS, {"topics": ["admin-a"], "timeout_ms": 1})["topics"][0][
+            "error"
+        ]
+        == 0
+    )
+    gone = raw.call(apis_core.METADATA, {"topics": ["admin-a"]})
+    assert gone["topics"][0]["error"] == 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+def _join(raw: Raw, group: str, topic: str) -> str:
+    joined = raw.call(
+        apis_groups.JOIN_GROUP,
+        {
+            "group_id": group,
+            "member_id": "",
+            "session_timeout_ms": 10_000,
+            "rebalance_timeout_ms": 5_000,
+            "topics": [topic],
+            "assignor": "range",
+        },
+    )
+    member: str = joined["member_id"]
+    return member
+
+
+def _beat(raw: Raw, group: str, member: str, owned: dict[str, list[int]]) -> Any:
+    return raw.call(
+        apis_groups.HEARTBEAT,
+        {"group_id": group, "member_id": member, "generation_id": 0, "owned": owned},
+    )
+
+
+def test_a_group_splits_partitions_cooperatively_and_offsets_survive_a_restart(
+    own_broker: BrokerProcess,
+) -> None:
+    with Raw(own_broker.bootstrap) as raw:
+        create(raw, "grouped", partitions=4)
+        first = _join(raw, "g", "grouped")
+        owned_first = _beat(raw, "g", first, {})["assignment"]
+        assert owned_first == {"grouped": [0, 1, 2, 3]}
+        second = _join(raw, "g", "grouped")
+        assert _beat(raw, "g", second, {})["assignment"] == {}  # not before the first revokes
+        told = _beat(raw, "g", first, owned_first)
+        kept, revoked = told["assignment"]["grouped"], told["revoke"]["grouped"]
+        # range splits 2 + 2 (which half depends on the member ids); the first
+        # member keeps consuming its half throughout, and gives up the other
+        assert len(kept) == len(revoked) == 2
+        assert sorted(kept + revoked) == [0, 1, 2, 3]
+        _beat(raw, "g", first, told["assignment"])
+        assert _beat(raw, "g", second, {})["assignment"] == {"grouped": revoked}
+        commit = {
+            "group_id": "g",
+            "generation_id": 2,
+            "member_id": first,
+            "topics": [{"name": "grouped", "partitions": [{"partition": kept[0], "offset": 42}]}],
+        }
+        committed = raw.call(apis_groups.OFFSET_COMMIT, commit)
+        assert committed["topics"][0]["partitions"][0]["error"] == 0
+    own_broker.restart()
+    with Raw(own_broker.bootstrap) as raw:
+        fetched = raw.call(apis_groups.OFFSET_FETCH, {"group_id": "g"})
+    assert fetched["topics"][0]["partitions"][0]["offset"] == 42
+
+
+def test_kill_9_during_production_loses_no_acknowledged_message(own_broker: BrokerProcess) -> None:
+    with Raw(own_broker.bootstrap) as raw:
+        create(raw, "crashy")
+    acked: list[bytes] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        conn = Raw(own_broker.bootstrap)
+        try:
+            for i in range(100_000):
+                if stop.is_set():
+                    return
+                value = b"m%06d" % i
+                result = conn.call(apis_data.PRODUCE, produce_body("crashy", 0, batch([value])))
+                if result["topics"][0]["partitions"][0]["error"] == 0:
+                    acked.append(value)
+        except (OSError, ConnectionError):
+            return  # the broker died under us
+        finally:
+            conn.close()
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(acked) < 300 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    own_broker.kill()
+    stop.set()
+    producer.join(TIMEOUT_S)
+    assert len(acked) >= 300
+    own_broker.start()
+    with Raw(own_broker.bootstrap) as raw:
+        stored = read_all(raw, "crashy", 0)
+    assert stored[: len(acked)] == acked  # every acknowledged message, in order
