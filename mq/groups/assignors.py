@@ -36,6 +36,7 @@ import heapq
 from bisect import insort
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import NamedTuple
 
 
@@ -114,7 +115,8 @@ def roundrobin_assignor(
     turn = 0
     for topic in sorted(subscribers(members, partitions)):
         for partition in range(partitions[topic]):
-            pass  # ends: the topic has a subscriber, so a full turn finds it
+            while topic not in members[order[turn % len(order)]].topics:
+                turn += 1  # ends: the topic has a subscriber, so a full turn finds it
             result[order[turn % len(order)]].add(TopicPartition(topic, partition))
             turn += 1
     return result
@@ -136,15 +138,15 @@ def sticky_assignor(
     3. Balance: while the most-loaded member holds a partition whose topic a
        member with at least two fewer partitions subscribes to, move it there.
 
-    Step 3 only ever takes from a member with the most partitions and gives to
-    one with the fewest, so when every member subscribes to the same topics
+    Step 3 takes from the most-loaded member that can give and gives to the
+    least-loaded subscriber, so when every member subscribes to the same topics
     the counts end within one of each other after the fewest possible moves,
     and a fill never has to be undone (a member that received in step 2 is
     never the one step 3 takes from). With different subscriptions the result
     has no partition that could move to a subscriber with two fewer.
     """
     order = member_order(members)
-    loads = _Loads(order, members, subscribers(members, partitions))
+    loads = _Loads(order, subscribers(members, partitions))
     owner: dict[TopicPartition, str] = {}
     for member_id in order:
         topics = members[member_id].topics
@@ -177,12 +179,7 @@ class _Loads:
     many topics.
     """
 
-    def __init__(
-        self,
-        order: list[str],
-        members: Mapping[str, Subscription],
-        subscribers: dict[str, list[str]],
-    ) -> None:
+    def __init__(self, order: list[str], subscribers: dict[str, list[str]]) -> None:
         self.subscribers = subscribers
         self.rank = {member_id: i for i, member_id in enumerate(order)}
         self.count = dict.fromkeys(order, 0)
@@ -274,11 +271,9 @@ class _Loads:
         }
 
 
-ASSIGNORS: dict[str, Assignor] = {
-    "range": range_assignor,
-    "roundrobin": roundrobin_assignor,
-    "sticky": sticky_assignor,
-}
+ASSIGNORS: Mapping[str, Assignor] = MappingProxyType(
+    {"range": range_assignor, "roundrobin": roundrobin_assignor, "sticky": sticky_assignor}
+)
 """The assignors by the name a member asks for in ``join_group``."""
 
 
