@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mq.storage.checkpoint import FILE_NAME as CHECKPOINT_FILE
 from mq.storage.fileio import FileIO
 
 with warnings.catch_warnings():
@@ -179,8 +180,9 @@ class TrackingIO(FileIO):
         self.dirty.add(Path(path))
 
     def write_file_atomic(self, path: Path, data: bytes) -> None:
-        self.checkpoints.append(data)
-        self.on_checkpoint(Path(path), data)
+        if Path(path).name == CHECKPOINT_FILE:  # not producer-state snapshots
+            self.checkpoints.append(data)
+            self.on_checkpoint(Path(path), data)
         super().write_file_atomic(path, data)
         self.dirty.discard(Path(path).with_name(Path(path).name + ".tmp"))
 

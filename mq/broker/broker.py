@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from mq.broker.catalog import Catalog, TopicInfo, topic_log_config
 from mq.broker.config import BrokerConfig
 from mq.broker.partition import Partition
+from mq.broker.producer_ids import ProducerIdAllocator
 from mq.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
@@ -49,6 +50,7 @@ class Broker:
         self._lock_fd: int | None = None
         self._retention_task: asyncio.Task[None] | None = None
         self.advertised: tuple[str, int] = (config.host, config.port)
+        self.producer_ids = ProducerIdAllocator(config.data_dir)
         self.coordinator: GroupCoordinator | None = None
         """Set by the server once the offsets topic is loaded."""
 

@@ -22,6 +22,8 @@ from mq.wire.apis_data import (
     FetchedPartition,
     FetchRequest,
     FetchResponse,
+    InitProducerIdRequest,
+    InitProducerIdResponse,
     ListedOffset,
     ListOffsetsRequest,
     ListOffsetsResponse,
@@ -186,3 +188,13 @@ async def list_offsets(
             except MQError as exc:
                 set_error(result, exc)
     return response
+
+
+async def init_producer_id(
+    broker: Broker, ctx: RequestContext, body: InitProducerIdRequest
+) -> InitProducerIdResponse:
+    """A new producer id (epoch 0), or the next epoch of the one the producer has."""
+    if body["producer_id"] < 0:
+        return {"producer_id": broker.producer_ids.allocate(), "producer_epoch": 0}
+    pid, epoch = broker.producer_ids.bump(body["producer_id"], body["producer_epoch"])
+    return {"producer_id": pid, "producer_epoch": epoch}

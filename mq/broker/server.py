@@ -53,6 +53,7 @@ HANDLERS: dict[int, Handler] = {
     apis_data.PRODUCE.key: handlers_data.produce,
     apis_data.FETCH.key: handlers_data.fetch,
     apis_data.LIST_OFFSETS.key: handlers_data.list_offsets,
+    apis_data.INIT_PRODUCER_ID.key: handlers_data.init_producer_id,
     apis_groups.FIND_COORDINATOR.key: handlers_groups.find_coordinator,
     apis_groups.JOIN_GROUP.key: handlers_groups.join_group,
     apis_groups.HEARTBEAT.key: handlers_groups.heartbeat,

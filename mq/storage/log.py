@@ -23,7 +23,7 @@ import logging
 import re
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -35,7 +35,14 @@ from mq.errors import (
     RecordTooLargeError,
     StorageError,
 )
-from mq.storage.batch import NO_TIMESTAMP, BatchHeader, iter_batches, validate_produced
+from mq.storage import producers
+from mq.storage.batch import (
+    NO_PRODUCER_ID,
+    NO_TIMESTAMP,
+    BatchHeader,
+    iter_batches,
+    validate_produced,
+)
 from mq.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from mq.storage.config import LogConfig
 from mq.storage.fileio import DEFAULT_IO, FileIO
@@ -121,6 +128,8 @@ class Log:
         so that a sync job snapshotted before cannot vouch for the new bytes."""
         self._checkpointed = Checkpoint(segments[-1].base_offset, False, self.log_start_offset)
         self._error: StorageError | None = None
+        self.producers = producers.ProducerStates()
+        """Idempotent producers' sequences (rebuilt by :meth:`open`)."""
         self._opened_ms = clock()
 
     # -- opening and recovery -------------------------------------------------
@@ -157,6 +166,9 @@ class Log:
                 segments[-1].make_active(config.segment_bytes)
             opened = cls(directory, config, io, clock, segments, start)
             write_checkpoint(directory, io, opened._checkpointed)
+            opened.producers = producers.rebuild(
+                directory, io, opened.log_start_offset, opened.next_offset, opened._headers_from
+            )
         except OSError as exc:
             raise StorageError(f"{directory}: cannot open the log: {exc}") from exc
         return opened
@@ -196,9 +208,20 @@ class Log:
         """
         self._check_online()
         headers = validate_produced(data, max_batch_bytes=self.config.max_message_bytes)
+        idempotent = any(h.producer_id != NO_PRODUCER_ID for h in headers)
+        if idempotent:
+            if len(headers) != 1:
+                raise InvalidRecordError("an idempotent producer sends one batch per request")
+            retried = self.producers.check(headers[0])
+            if retried is not None:  # a retry of a batch already here: its offsets, no append
+                return AppendInfo(
+                    retried.first_offset, retried.last_offset, headers[0].max_timestamp, 0, 0
+                )
         first = self.next_offset
         count = sum(h.last_offset_delta + 1 for h in headers)
         self._write(data, headers, first, first + count - 1, (first, leader_epoch))
+        if idempotent:
+            self.producers.record(headers[0]._replace(base_offset=first))
         return AppendInfo(
             first, first + count - 1, max(h.max_timestamp for h in headers), len(headers), len(data)
         )
@@ -220,6 +243,8 @@ class Log:
             expected = header.next_offset
         first, last = headers[0].base_offset, headers[-1].last_offset
         self._write(data, headers, first, last, None)
+        for header in headers:
+            self.producers.record(header)
         return AppendInfo(
             first, last, max(h.max_timestamp for h in headers), len(headers), len(data)
         )
@@ -270,6 +295,7 @@ class Log:
         self._active_synced = 0
         self._generation += 1
         self._opened_ms = self._clock()
+        producers.write_snapshot(self.directory, self._io, base_offset, self.producers)
         log.debug("%s: rolled to %s", self.directory.name, new)
         return new
 
@@ -358,6 +384,13 @@ class Log:
         except OSError as exc:
             raise self._fail("read", exc) from exc
         return None
+
+    def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
+        """Headers of every batch from the one holding ``offset`` to the log end."""
+        while (found := self.read(offset, 1 << 20)) is not None:
+            yield from iter_batches(found.data)
+            offset = found.next_offset
+            del found
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record stamped at or after ``timestamp``."""
@@ -486,6 +519,8 @@ class Log:
                 self.log_start_offset = min(self.log_start_offset, keep.next_offset)
             self._active_synced = self._segments[-1].size
             self._generation += 1
+            self.producers.truncate(offset)
+            producers.drop_snapshots_after(self.directory, self._io, offset)
             # recovery must re-check the truncated segment after a crash from now on,
             # and every rolled segment that has not been synced yet
             recover_from = min(s.base_offset for s in [*self._unsynced, self._segments[-1]])
@@ -509,6 +544,8 @@ class Log:
             active.sync()
             for segment in self._segments:
                 segment.close()
+            # the producer table as of the end: the next open has no batch to walk
+            producers.write_snapshot(self.directory, self._io, self.next_offset, self.producers)
             write_checkpoint(
                 self.directory,
                 self._io,

@@ -23,12 +23,23 @@ Thread safety: none; the log's writer is the only caller.
 from __future__ import annotations
 
 import json
+import logging
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import NamedTuple
 
-from mq.errors import InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError
+from mq.errors import (
+    CorruptRecordError,
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    UnknownProducerIdError,
+)
 from mq.storage.batch import NO_PRODUCER_ID, BatchHeader
+from mq.storage.fileio import FileIO
+
+log = logging.getLogger(__name__)
 
 CACHED_BATCHES = 5
 """Kafka's max.in.flight for an idempotent producer: any of them may be retried."""
@@ -172,3 +183,75 @@ class ProducerStates:
         except (KeyError, TypeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not a producer-state snapshot: {exc}") from exc
         return states
+
+
+# -- persistence: snapshots at roll, rebuilt on open ------------------------------------------
+
+SNAPSHOT_SUFFIX = ".snapshot"
+SNAPSHOTS_KEPT = 2
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def snapshot_offsets(directory: Path) -> list[int]:
+    return sorted(
+        int(p.name[: -len(SNAPSHOT_SUFFIX)])
+        for p in directory.glob(f"*{SNAPSHOT_SUFFIX}")
+        if p.name[: -len(SNAPSHOT_SUFFIX)].isdigit()
+    )
+
+
+def write_snapshot(directory: Path, io: FileIO, offset: int, states: ProducerStates) -> None:
+    """Save the table as of ``offset`` and forget all but the newest snapshots."""
+    io.write_file_atomic(snapshot_path(directory, offset), states.encode())
+    for old in snapshot_offsets(directory)[:-SNAPSHOTS_KEPT]:
+        _unlink(io, snapshot_path(directory, old))
+
+
+def drop_snapshots_after(directory: Path, io: FileIO, offset: int) -> None:
+    """Snapshots past a truncation point describe batches that are gone."""
+    for stale in snapshot_offsets(directory):
+        if stale > offset:
+            _unlink(io, snapshot_path(directory, stale))
+
+
+def rebuild(
+    directory: Path,
+    io: FileIO,
+    start_offset: int,
+    end_offset: int,
+    headers_from: Callable[[int], Iterator[BatchHeader]],
+) -> ProducerStates:
+    """The table at ``end_offset``: the newest usable snapshot, then the batches after it.
+
+    ``headers_from(offset)`` yields the headers of the log's batches from
+    ``offset`` to its end. Without a usable snapshot the walk starts at
+    ``start_offset`` (the log start).
+    """
+    drop_snapshots_after(directory, io, end_offset)
+    states, walk_from = ProducerStates(), start_offset
+    for offset in reversed(snapshot_offsets(directory)):
+        try:
+            states = ProducerStates.decode(snapshot_path(directory, offset).read_bytes())
+        except (OSError, ValueError) as exc:
+            log.warning("%s: ignoring producer snapshot %d: %s", directory.name, offset, exc)
+            continue
+        walk_from = max(offset, start_offset)
+        break
+    try:
+        for header in headers_from(walk_from):
+            states.record(header)
+    except CorruptRecordError as exc:
+        # reads refuse the damaged batch too; producers that wrote after it
+        # will be told their sequence is unknown and start a new one
+        log.warning("%s: producer state stops at a damaged batch: %s", directory.name, exc)
+    return states
+
+
+def _unlink(io: FileIO, path: Path) -> None:
+    try:
+        io.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -333,3 +333,34 @@ def test_kill_9_during_production_loses_no_acknowledged_message(own_broker: Brok
     with Raw(own_broker.bootstrap) as raw:
         stored = read_all(raw, "crashy", 0)
     assert stored[: len(acked)] == acked  # every acknowledged message, in order
+
+
+def test_an_idempotent_producer_cut_off_before_the_response_writes_no_duplicate(
+    own_broker: BrokerProcess,
+) -> None:
+    with Raw(own_broker.bootstrap) as raw:
+        create(raw, "exactly-once")
+        ids = raw.call(apis_data.INIT_PRODUCER_ID, {})
+        pid, epoch = ids["producer_id"], ids["producer_epoch"]
+        assert pid >= 0
+        assert raw.call(apis_data.INIT_PRODUCER_ID, {})["producer_id"] != pid
+        now = int(time.time() * 1000)
+        first = build_batch(
+            [(None, b"one", [], now)], producer_id=pid, producer_epoch=epoch, base_sequence=0
+        )
+        stored = raw.call(apis_data.PRODUCE, produce_body("exactly-once", 0, first))
+        assert stored["topics"][0]["partitions"][0]["error"] == 0, stored
+        second = build_batch(
+            [(None, b"two", [], now)], producer_id=pid, producer_epoch=epoch, base_sequence=1
+        )
+    # send the second batch and drop the connection before reading the response
+    cut = Raw(own_broker.bootstrap)
+    cut.send(apis_data.PRODUCE, produce_body("exactly-once", 0, second))
+    cut.close()
+    time.sleep(0.2)
+    own_broker.kill()  # and the broker crashes too: the state must be rebuilt
+    own_broker.start()
+    with Raw(own_broker.bootstrap) as raw:
+        retried = raw.call(apis_data.PRODUCE, produce_body("exactly-once", 0, second))
+        assert retried["topics"][0]["partitions"][0]["base_offset"] == 1, retried
+        assert read_all(raw, "exactly-once", 0) == [b"one", b"two"]
