@@ -9,13 +9,15 @@ import pytest
 from mq.errors import OutOfOrderSequenceError
 from mq.storage.config import LogConfig
 from mq.storage.log import Log
-from mq.storage.records import build_batch
+from mq.storage.records import RecordInput, build_batch
 
 CONFIG = LogConfig(segment_bytes=64 * 1024, max_message_bytes=32 * 1024)
 
 
 def batch(seq: int, count: int, pid: int = 42, epoch: int = 0) -> bytes:
-    records = [(None, b"s%d" % (seq + i) + bytes(300), [], 1_000 + i) for i in range(count)]
+    records: list[RecordInput] = [
+        (None, b"s%d" % (seq + i) + bytes(300), [], 1_000 + i) for i in range(count)
+    ]
     return build_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
 
 
