@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import BrokerProcess
+from broker_process import BrokerProcess
 
 from mq.storage.records import build_batch, decode_records
 from mq.wire import apis_core, apis_data, apis_groups
