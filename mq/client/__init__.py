@@ -1,0 +1,41 @@
+"""The asyncio client library (its public names are re-exported by :mod:`mq`).
+
+Split by role, as aiokafka is (STYLE habit 11):
+
+* :mod:`mq.client.connection`: one TCP connection (framing, correlation ids,
+  pipelining, timeouts, fail-all-pending on close);
+* :mod:`mq.client.metadata`: the pure cluster-metadata cache;
+* :mod:`mq.client.client`: bootstrap, connection pool, metadata refresh,
+  per-broker circuit breakers;
+* :mod:`mq.client.producer`, with :mod:`~mq.client.accumulator` (batches),
+  :mod:`~mq.client.sender` (the sender task) and :mod:`~mq.client.partitioner`;
+* :mod:`mq.client.consumer`, with :mod:`~mq.client.fetcher` (prefetch, lazy
+  decoding), :mod:`~mq.client.group` (membership) and :mod:`~mq.client.offsets`;
+* :mod:`mq.client.admin`; and :mod:`mq.client.sync`, blocking wrappers.
+"""
+
+from mq.client.admin import Admin
+from mq.client.consumer import Consumer
+from mq.client.futures import RecordFuture
+from mq.client.producer import Producer
+from mq.client.sync import SyncAdmin, SyncConsumer, SyncProducer
+from mq.client.types import (
+    ConsumerRecord,
+    OffsetAndTimestamp,
+    RecordMetadata,
+    TopicPartition,
+)
+
+__all__ = [
+    "Admin",
+    "Consumer",
+    "ConsumerRecord",
+    "OffsetAndTimestamp",
+    "Producer",
+    "RecordFuture",
+    "RecordMetadata",
+    "SyncAdmin",
+    "SyncConsumer",
+    "SyncProducer",
+    "TopicPartition",
+]

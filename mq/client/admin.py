@@ -1,0 +1,368 @@
+"""The admin client: topics, configs, groups, offsets, records.
+
+::
+
+    async with Admin(bootstrap="127.0.0.1:9292") as admin:
+        await admin.create_topic("events", partitions=3, replication_factor=1)
+        print(await admin.describe_topic("events"))
+        await admin.delete_topic("events")
+
+Every method raises the broker's error for what it asked (a per-topic or
+per-partition error code turned into its :mod:`mq.errors` class). Group
+requests go to the group's coordinator, topic requests to any broker,
+record and offset requests to each partition's leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Literal
+
+from mq.client.client import Client
+from mq.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, by_topic, list_offsets
+from mq.client.types import TopicPartition
+from mq.errors import MQError, UnknownTopicOrPartitionError, error_for_code
+from mq.wire.apis_core import (
+    ALTER_CONFIGS,
+    CREATE_TOPICS,
+    DELETE_RECORDS,
+    DELETE_TOPICS,
+    DESCRIBE_CONFIGS,
+    ConfigEntry,
+)
+from mq.wire.apis_groups import DESCRIBE_GROUPS, FIND_COORDINATOR, LIST_GROUPS, OFFSET_COMMIT
+
+
+@dataclass(frozen=True)
+class PartitionDescription:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    name: str
+    internal: bool
+    partitions: list[PartitionDescription]
+    configs: dict[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    topics: list[str]
+    assignment: set[TopicPartition]
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """Where a group is in one partition (``lag`` is None when either side is unknown)."""
+
+    topic: str
+    partition: int
+    committed_offset: int
+    high_watermark: int
+
+    @property
+    def lag(self) -> int | None:
+        if self.committed_offset < 0 or self.high_watermark < 0:
+            return None
+        return max(0, self.high_watermark - self.committed_offset)
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    assignor: str
+    generation_id: int
+    members: list[MemberDescription]
+    offsets: list[PartitionLag]
+
+
+def _raise_for(code: int, message: str | None) -> None:
+    if code:
+        raise error_for_code(code)(message)
+
+
+class Admin:
+    """Administrative operations on a cluster; see the module docstring."""
+
+    def __init__(
+        self,
+        bootstrap: str = "127.0.0.1:9292",
+        *,
+        client_id: str = "mq-admin",
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+    ) -> None:
+        self._timeout_ms = request_timeout_ms
+        self._client = Client(
+            bootstrap,
+            client_id=client_id,
+            request_timeout_s=request_timeout_ms / 1000,
+            retry_backoff_s=retry_backoff_ms / 1000,
+        )
+
+    async def start(self) -> None:
+        await self._client.start()
+
+    async def stop(self) -> None:
+        await self._client.close()
+
+    async def __aenter__(self) -> Admin:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- topics -------------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: int = -1,
+        replication_factor: int = -1,
+        configs: Mapping[str, str] | None = None,
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Create a topic (-1: the broker's default partitions / replication factor)."""
+        body = {
+            "topics": [
+                {
+                    "name": name,
+                    "partitions": partitions,
+                    "replication_factor": replication_factor,
+                    "configs": dict(configs or {}),
+                }
+            ],
+            "timeout_ms": self._timeout_ms,
+            "validate_only": validate_only,
+        }
+        response = await self._client.call_any(CREATE_TOPICS, body)
+        for topic in response["topics"]:
+            _raise_for(topic["error"], topic["message"])
+        self._client.add_topics([name])
+
+    async def delete_topic(self, name: str) -> None:
+        response = await self._client.call_any(
+            DELETE_TOPICS, {"topics": [name], "timeout_ms": self._timeout_ms}
+        )
+        for topic in response["topics"]:
+            _raise_for(topic["error"], topic["message"])
+
+    async def list_topics(self, *, include_internal: bool = False) -> list[str]:
+        """Every topic name, sorted (internal ones like ``__consumer_offsets`` on request)."""
+        response = await self._client.fetch_all_metadata()
+        return sorted(
+            t["name"]
+            for t in response["topics"]
+            if not t["error"] and (include_internal or not t.get("internal"))
+        )
+
+    async def describe_topic(self, name: str) -> TopicDescription:
+        """Partitions with leaders, replicas and ISR, and the topic's effective configs."""
+        self._client.add_topics([name])
+        await self._client.refresh_metadata()
+        metadata = self._client.metadata
+        parts = metadata.partitions_for(name)
+        if parts is None:
+            code = metadata.topic_errors.get(name, UnknownTopicOrPartitionError.code)
+            raise error_for_code(code)(f"cannot describe topic {name!r}")
+        described = []
+        for index in parts:
+            info = metadata.partition(TopicPartition(name, index))
+            assert info is not None
+            described.append(
+                PartitionDescription(
+                    index,
+                    info.leader,
+                    info.leader_epoch,
+                    info.replicas,
+                    info.isr,
+                    info.offline_replicas,
+                )
+            )
+        configs = {e["name"]: e["value"] for e in await self.describe_configs(name)}
+        return TopicDescription(name, name in metadata.internal_topics, described, configs)
+
+    async def describe_configs(
+        self, topic: str, keys: Iterable[str] | None = None
+    ) -> list[ConfigEntry]:
+        """The topic's config entries (name, value, is_default, read_only, sensitive)."""
+        body = {"topics": [{"name": topic, "keys": None if keys is None else list(keys)}]}
+        response = await self._client.call_any(DESCRIBE_CONFIGS, body)
+        for described in response["topics"]:
+            _raise_for(described["error"], described["message"])
+            return list(described["configs"])
+        return []
+
+    async def alter_configs(
+        self, topic: str, configs: Mapping[str, str | None], *, validate_only: bool = False
+    ) -> None:
+        """Set the named configs (None: back to the default); others stay as they are."""
+        body = {
+            "topics": [{"name": topic, "configs": dict(configs)}],
+            "validate_only": validate_only,
+        }
+        response = await self._client.call_any(ALTER_CONFIGS, body)
+        for result in response["topics"]:
+            _raise_for(result["error"], result["message"])
+
+    # -- records and offsets ----------------------------------------------------------------------
+
+    async def delete_records(
+        self, offsets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        """Delete every record below each offset (-1: the high watermark); new log starts."""
+        self._client.add_topics(tp.topic for tp in offsets)
+        await self._client.wait_for_topics({tp.topic for tp in offsets}, self._timeout_ms / 1000)
+        by_leader = self._client.metadata.partitions_by_leader(offsets)
+        if None in by_leader:
+            raise UnknownTopicOrPartitionError(f"no leader for {by_leader[None]}")
+
+        async def ask(node: int, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+            topics: dict[str, list[dict[str, int]]] = {}
+            for tp in tps:
+                topics.setdefault(tp.topic, []).append(
+                    {"partition": tp.partition, "offset": offsets[tp]}
+                )
+            body = {
+                "topics": [{"name": n, "partitions": p} for n, p in topics.items()],
+                "timeout_ms": self._timeout_ms,
+            }
+            response = await self._client.call(node, DELETE_RECORDS, body)
+            out = {}
+            for topic in response["topics"]:
+                for part in topic["partitions"]:
+                    _raise_for(part["error"], part["message"])
+                    out[TopicPartition(topic["name"], part["partition"])] = part["low_watermark"]
+            return out
+
+        results = await asyncio.gather(
+            *(ask(node, tps) for node, tps in by_leader.items() if node is not None)
+        )
+        return {tp: low for result in results for tp, low in result.items()}
+
+    async def list_offsets(
+        self,
+        partitions: Iterable[TopicPartition],
+        spec: Literal["earliest", "latest"] | int = "latest",
+    ) -> dict[TopicPartition, int]:
+        """Per partition: the log start ("earliest"), high watermark ("latest") or the
+        first offset at or after a time in ms (-1 when no record is that recent)."""
+        stamp = (
+            EARLIEST_TIMESTAMP
+            if spec == "earliest"
+            else LATEST_TIMESTAMP
+            if spec == "latest"
+            else int(spec)
+        )
+        found = await list_offsets(self._client, dict.fromkeys(partitions, stamp))
+        return {tp: offset for tp, (offset, _) in found.items()}
+
+    async def topic_partitions(self, topic: str) -> list[TopicPartition]:
+        await self._client.wait_for_topics([topic], self._timeout_ms / 1000)
+        return [TopicPartition(topic, p) for p in self._client.metadata.partitions_for(topic) or ()]
+
+    # -- groups --------------------------------------------------------------------------------
+
+    async def _coordinator_call(self, group_id: str, api: Any, body: Any) -> Any:
+        found = await self._client.call_any(FIND_COORDINATOR, {"key": group_id, "key_type": 0})
+        return await self._client.call_address((found["host"], found["port"]), api, body)
+
+    async def list_groups(self, states: Iterable[str] = ()) -> list[tuple[str, str]]:
+        """``(group_id, state)`` of every group on every known broker, sorted."""
+        await self._client.refresh_metadata()
+        body = {"states": list(states)}
+        nodes = list(self._client.metadata.brokers)
+        responses = await asyncio.gather(
+            *(self._client.call(node, LIST_GROUPS, body) for node in nodes)
+        )
+        return sorted({(g["group_id"], g["state"]) for r in responses for g in r["groups"]})
+
+    async def describe_group(self, group_id: str) -> GroupDescription:
+        """Members with their assignments, and per-partition committed offsets and lag."""
+        response = await self._coordinator_call(group_id, DESCRIBE_GROUPS, {"groups": [group_id]})
+        for group in response["groups"]:
+            _raise_for(group["error"], group["message"])
+            members = [
+                MemberDescription(
+                    m["member_id"],
+                    m["group_instance_id"],
+                    m["client_id"],
+                    m["client_host"],
+                    list(m["topics"]),
+                    {TopicPartition(t, p) for t, parts in m["assignment"].items() for p in parts},
+                )
+                for m in group["members"]
+            ]
+            offsets = [
+                PartitionLag(o["topic"], o["partition"], o["committed_offset"], o["high_watermark"])
+                for o in group["offsets"]
+            ]
+            return GroupDescription(
+                group["group_id"],
+                group["state"],
+                group["assignor"],
+                group["generation_id"],
+                members,
+                offsets,
+            )
+        raise MQError(f"the coordinator did not describe group {group_id!r}")
+
+    async def reset_offsets(
+        self,
+        group_id: str,
+        topic: str,
+        to: Literal["earliest", "latest"] | int,
+        partitions: Iterable[int] | None = None,
+    ) -> dict[TopicPartition, int]:
+        """Commit new offsets for a group with no active members; returns them.
+
+        ``to``: "earliest", "latest" or an offset. The coordinator refuses
+        (NON_EMPTY_GROUP / UNKNOWN_MEMBER_ID) while the group has members.
+        """
+        all_tps = await self.topic_partitions(topic)
+        tps = all_tps if partitions is None else [TopicPartition(topic, p) for p in partitions]
+        if isinstance(to, int):
+            offsets = dict.fromkeys(tps, to)
+        else:
+            offsets = await self.list_offsets(tps, to)
+        body = {
+            "group_id": group_id,
+            "generation_id": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "topics": [
+                {
+                    "name": name,
+                    "partitions": [
+                        {"partition": p, "offset": offsets[TopicPartition(name, p)]} for p in parts
+                    ],
+                }
+                for name, parts in by_topic(offsets).items()
+            ],
+        }
+        response = await self._coordinator_call(group_id, OFFSET_COMMIT, body)
+        for result in response["topics"]:
+            for part in result["partitions"]:
+                _raise_for(part["error"], part["message"])
+        return offsets

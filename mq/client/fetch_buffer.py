@@ -1,0 +1,160 @@
+"""One assigned partition's consumer state: positions and raw fetched batches.
+
+A fetch response's record batches are kept as they came (:meth:`PartitionState.append`
+reads only their headers, to know where the next fetch starts). Records are
+decoded one batch at a time when the application takes them
+(:meth:`PartitionState.take`), with :func:`~mq.storage.records.decode_records`,
+which checks each batch's CRC; records below the position (the first batch of
+a fetch may start before it) and control batches are skipped.
+
+``position`` is the next offset the application gets; ``fetch_offset`` the
+next offset to fetch; ``epoch`` counts seeks, so that the fetcher can drop a
+response to a request made before one. Not thread-safe: one event loop.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import deque
+
+from mq.client.types import ConsumerRecord, TopicPartition
+from mq.errors import MQError
+from mq.storage.batch import CONTROL_BIT, LOG_OVERHEAD, RECORDS_AT
+from mq.storage.records import Record, decode_records
+
+_HEAD = struct.Struct(">qi")  # baseOffset, batchLength
+_ATTRS_AT = 21
+_LAST_DELTA_AT = 23
+_NEW = tuple.__new__
+
+
+class _Chunk:
+    """The raw batches of one fetch for one partition, and the batch being handed out."""
+
+    __slots__ = ("index", "pos", "raw", "records")
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        self.pos = 0
+        """Where the next undecoded batch starts in ``raw``."""
+        self.records: list[Record] = []
+        self.index = 0
+        """The next record of ``records`` (the decoded batch) to hand out."""
+
+
+class PartitionState:
+    """Where one assigned partition is: positions, buffered data, flags."""
+
+    __slots__ = (
+        "buffered",
+        "chunks",
+        "epoch",
+        "error",
+        "fetch_offset",
+        "fetching",
+        "high_watermark",
+        "paused",
+        "position",
+        "reset",
+    )
+
+    def __init__(self, position: int | None, reset: str | None) -> None:
+        self.position = position
+        self.fetch_offset = position
+        self.reset = reset if position is None else None
+        """"committed"/"earliest"/"latest" while the position must be looked up."""
+        self.chunks: deque[_Chunk] = deque()
+        self.buffered = 0
+        self.epoch = 0
+        self.fetching = False
+        self.paused = False
+        self.high_watermark = -1
+        self.error: MQError | None = None
+
+    def seek(self, offset: int | None, reset: str | None = None) -> None:
+        """Go to ``offset`` (None: look it up by ``reset``); buffered data is dropped."""
+        self.position = self.fetch_offset = offset
+        self.reset = reset if offset is None else None
+        self.chunks.clear()
+        self.buffered = 0
+        self.epoch += 1
+        self.error = None
+
+    def append(self, raw: bytes) -> bool:
+        """Keep the whole batches of a fetch, undecoded; the next fetch starts after them."""
+        end, next_offset = walk(raw)
+        if not end:
+            return False
+        self.chunks.append(_Chunk(raw if end == len(raw) else raw[:end]))
+        self.buffered += end
+        self.fetch_offset = next_offset
+        return True
+
+    def take(self, tp: TopicPartition, budget: int) -> list[ConsumerRecord]:
+        """Up to ``budget`` records from the position on, decoding batches as needed.
+
+        Raises CorruptRecordError for a batch that fails its CRC or structure.
+        """
+        out: list[ConsumerRecord] = []
+        head = (tp.topic, tp.partition)
+        chunks = self.chunks
+        while chunks and budget > 0:
+            chunk = chunks[0]
+            records, index = chunk.records, chunk.index
+            if index >= len(records):
+                if not self._decode_next(chunk):
+                    chunks.popleft()
+                    self.buffered -= len(chunk.raw)
+                continue
+            taken = records[index : index + budget]
+            chunk.index = index = index + len(taken)
+            budget -= len(taken)
+            out += [_NEW(ConsumerRecord, head + r) for r in taken]
+            self.position = taken[-1][0] + 1
+            if index >= len(records) and chunk.pos >= len(chunk.raw):
+                chunks.popleft()  # all handed out: make room for the next fetch now
+                self.buffered -= len(chunk.raw)
+        return out
+
+    def _decode_next(self, chunk: _Chunk) -> bool:
+        """Decode the chunk's next batch into ``chunk.records``; False when none is left.
+
+        Batches wholly below the position and control batches are skipped
+        without decoding; inside the first batch, records below the position.
+        """
+        raw, pos = chunk.raw, chunk.pos
+        position = self.position if self.position is not None else 0
+        while pos < len(raw):
+            base, length = _HEAD.unpack_from(raw, pos)
+            size = length + LOG_OVERHEAD
+            batch = raw[pos : pos + size]
+            pos += size
+            last = base + struct.unpack_from(">i", batch, _LAST_DELTA_AT)[0]
+            control = struct.unpack_from(">h", batch, _ATTRS_AT)[0] & CONTROL_BIT
+            if last < position or control:
+                if control and last >= position:
+                    self.position = position = last + 1
+                continue
+            records = decode_records(batch)
+            index = 0
+            if records and records[0][0] < position:
+                while index < len(records) and records[index][0] < position:
+                    index += 1
+            chunk.pos, chunk.records, chunk.index = pos, records, index
+            if index < len(records):
+                return True
+        chunk.pos, chunk.records, chunk.index = pos, [], 0
+        return False
+
+
+def walk(raw: bytes) -> tuple[int, int]:
+    """(end of the whole batches in ``raw``, the offset after the last of them)."""
+    pos, end, next_offset = 0, len(raw), -1
+    while end - pos >= RECORDS_AT:
+        base, length = _HEAD.unpack_from(raw, pos)
+        size = length + LOG_OVERHEAD
+        if size < RECORDS_AT or pos + size > end:
+            break
+        next_offset = base + struct.unpack_from(">i", raw, pos + _LAST_DELTA_AT)[0] + 1
+        pos += size
+    return pos, next_offset
