@@ -12,6 +12,7 @@ a worker thread.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 from pathlib import Path
@@ -48,6 +49,29 @@ class FileIO:
             written = os.pwrite(fd, view, offset)
             view = view[written:]
             offset += written
+
+    def data_regions(self, fd: int, start: int, end: int) -> list[tuple[int, int]]:
+        """The ``[lo, hi)`` ranges of ``[start, end)`` that hold data (holes read as zeros).
+
+        A preallocated segment is mostly holes; asking the file system where the
+        data is lets recovery skip them instead of reading a gigabyte of zeros.
+        File systems without SEEK_DATA report the whole range.
+        """
+        regions = []
+        pos = start
+        try:
+            while pos < end:
+                lo = os.lseek(fd, pos, os.SEEK_DATA)
+                if lo >= end:
+                    break
+                hi = min(os.lseek(fd, lo, os.SEEK_HOLE), end)
+                regions.append((lo, hi))
+                pos = hi
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data after pos
+                return regions
+            return [(start, end)]
+        return regions
 
     def truncate(self, fd: int, length: int) -> None:
         os.ftruncate(fd, length)

@@ -152,7 +152,8 @@ class Segment:
                 if out_of_range is not None:
                     valid = out_of_range
                     why = f"baseOffset at byte {valid} is past the segment's offset range"
-                dropped = _nonzero_end(view, valid) - valid
+                regions = io.data_regions(fd, valid, file_size)
+                dropped = _nonzero_end(view, regions, valid) - valid
                 view.close()
             else:
                 dropped = 0
@@ -541,13 +542,18 @@ def _first_out_of_range(buf: mmap.mmap, end: int, base_offset: int) -> int | Non
     return None
 
 
-def _nonzero_end(buf: mmap.mmap, start: int) -> int:
-    """Position after the last non-zero byte at or after ``start`` (``start`` if none)."""
-    end = len(buf)
-    while end > start:
-        lo = max(start, end - ZERO_CHUNK)
-        chunk = buf[lo:end].rstrip(b"\0")
-        if chunk:
-            return lo + len(chunk)
-        end = lo
+def _nonzero_end(buf: mmap.mmap, regions: list[tuple[int, int]], start: int) -> int:
+    """Position after the last non-zero byte in ``regions`` (``start`` if none).
+
+    Only the file's data regions are read: the holes of a preallocated
+    segment are zeros by definition.
+    """
+    for lo, hi in reversed(regions):
+        end = hi
+        while end > lo:
+            chunk_lo = max(lo, end - ZERO_CHUNK)
+            chunk = buf[chunk_lo:end].rstrip(b"\0")
+            if chunk:
+                return chunk_lo + len(chunk)
+            end = chunk_lo
     return start
