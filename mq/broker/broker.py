@@ -52,6 +52,8 @@ class Broker:
         self.advertised: tuple[str, int] = (config.host, config.port)
         self.producer_ids = ProducerIdAllocator(config.data_dir)
         self.coordinator: GroupCoordinator | None = None
+        self.served_apis: frozenset[int] = frozenset()
+        """API keys the server has handlers for (what api_versions advertises)."""
         """Set by the server once the offsets topic is loaded."""
 
     # -- lifecycle ----------------------------------------------------------------

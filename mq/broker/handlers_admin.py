@@ -43,7 +43,10 @@ def _failed(name: str, exc: MQError) -> dict[str, Any]:
 async def api_versions(
     broker: Broker, ctx: RequestContext, body: ApiVersionsRequest
 ) -> ApiVersionsResponse:
-    return api_versions_body()
+    """The APIs this broker serves (registered ones without a handler yet are left out)."""
+    answer = api_versions_body()
+    answer["apis"] = [a for a in answer["apis"] if a["key"] in broker.served_apis]
+    return answer
 
 
 async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -> MetadataResponse:

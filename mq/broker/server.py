@@ -183,6 +183,7 @@ class Server:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        broker.served_apis = frozenset(HANDLERS)
         self.connections: set[Connection] = set()
         self._server: asyncio.Server | None = None
 
