@@ -1,6 +1,7 @@
 """mq's storage engine: record batches, segments, indexes and partition logs.
 
-Three layers, each with its concurrency rule in its docstring:
+Three layers, each with its concurrency rule in its docstring (recovery on open lives in
+:mod:`mq.storage.recovery`):
 :class:`~mq.storage.segment.Segment` (one file and its indexes) →
 :class:`~mq.storage.log.Log` (ordered segments, roll, retention, recovery) →
 :class:`~mq.storage.writer.LogWriter` (the one asyncio task that appends).

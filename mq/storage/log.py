@@ -20,7 +20,6 @@ calls every method; only ``FlushJob.run`` may run on another thread.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
@@ -29,7 +28,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mq.errors import (
-    CorruptRecordError,
     InvalidRecordError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
@@ -47,12 +45,10 @@ from mq.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from mq.storage.config import LogConfig
 from mq.storage.fileio import DEFAULT_IO, FileIO
 from mq.storage.records import decode_records
+from mq.storage.recovery import open_segments
 from mq.storage.segment import MAX_RELATIVE_OFFSET, Segment, Slice
 
 log = logging.getLogger(__name__)
-
-_SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
-_DERIVED_FILE = re.compile(r"^(\d{20})\.(index|timeindex)$")
 
 
 def wall_clock_ms() -> int:
@@ -154,7 +150,7 @@ class Log:
         try:
             directory.mkdir(parents=True, exist_ok=True)
             checkpoint = read_checkpoint(directory, io)
-            segments = _open_segments(directory, config, io, checkpoint)
+            segments = open_segments(directory, config, io, checkpoint)
             start = checkpoint.log_start_offset if checkpoint else 0
             if not segments:
                 segments = [
@@ -573,80 +569,3 @@ class Log:
             f"Log({self.directory.name}, [{self.log_start_offset}, {self.next_offset}), "
             f"{len(self._segments)} segments)"
         )
-
-
-def _open_segments(
-    directory: Path, config: LogConfig, io: FileIO, checkpoint: Checkpoint | None
-) -> list[Segment]:
-    """Open every segment in ``directory``, recovering those after the checkpoint."""
-    bases = []
-    for path in directory.iterdir():
-        if m := _SEGMENT_FILE.match(path.name):
-            bases.append(int(m.group(1)))
-        elif path.name.endswith(".tmp"):
-            io.unlink(path)
-    bases.sort()
-    stems = {f"{b:020d}" for b in bases}
-    for path in directory.iterdir():
-        if (m := _DERIVED_FILE.match(path.name)) and m.group(1) not in stems:
-            io.unlink(path)  # an index without its log is left from a deletion
-    clean = checkpoint is not None and checkpoint.clean
-    recover_from = checkpoint.recover_from if checkpoint else -1
-    interval = config.index_interval_bytes
-    segments: list[Segment] = []
-    expected: int | None = None
-    for n, base in enumerate(bases):
-        if expected is not None and base < expected:
-            _drop(directory, io, bases[n:], f"segment {base} overlaps offsets before {expected}")
-            break
-        segment: Segment | None = None
-        if clean or base < recover_from:
-            try:
-                segment = Segment.open_trusted(directory, base, io, interval)
-            except CorruptRecordError as exc:
-                log.warning(
-                    "%s: segment %d fails its header walk (%s); recovering it",
-                    directory.name,
-                    base,
-                    exc,
-                )
-        if segment is None:
-            segment, dropped, why, cut = Segment.recover(directory, base, io, interval, base)
-            if dropped:
-                log.warning(
-                    "%s: recovery dropped %d bytes of segment %d at byte %d (%s)",
-                    directory.name,
-                    dropped,
-                    base,
-                    segment.size,
-                    why or "partial batch",
-                )
-            if cut and not dropped and why is None and n + 1 < len(bases):
-                # a sealed segment was trimmed to its data: zeros at its end mean the
-                # data never reached the disk (a power cut), and later offsets would
-                # follow a hole
-                log.warning(
-                    "%s: segment %d ends in %d zero bytes after byte %d",
-                    directory.name,
-                    base,
-                    cut,
-                    segment.size,
-                )
-                why = "zeros where data should be"
-            if why is not None or dropped:
-                segments.append(segment)
-                _drop(directory, io, bases[n + 1 :], "they follow a damaged batch")
-                break
-        segments.append(segment)
-        expected = segment.next_offset
-    return segments
-
-
-def _drop(directory: Path, io: FileIO, bases: list[int], why: str) -> None:
-    for base in bases:
-        log.warning("%s: deleting segment %d: %s", directory.name, base, why)
-        for suffix in (".log", ".index", ".timeindex"):
-            try:
-                io.unlink(directory / f"{base:020d}{suffix}")
-            except FileNotFoundError:
-                pass
