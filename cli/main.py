@@ -14,8 +14,11 @@ import logging
 import click
 
 import mq
+from cli.consume import consume
+from cli.produce import produce
 from cli.serve import serve
 from cli.storage import storage
+from cli.topic import topic
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -51,6 +54,9 @@ def main(verbose: int) -> None:
 
 
 main.add_command(serve)
+main.add_command(topic)
+main.add_command(produce)
+main.add_command(consume)
 main.add_command(storage)
 
 

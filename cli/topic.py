@@ -1,0 +1,116 @@
+"""``mq topic``: create, list, describe, alter and delete topics."""
+
+from __future__ import annotations
+
+import click
+
+import mq
+from cli.common import bootstrap_option, echo_table, parse_pairs, run
+
+
+@click.group()
+def topic() -> None:
+    """Manage topics."""
+
+
+@topic.command()
+@click.argument("name")
+@click.option("-p", "--partitions", type=click.IntRange(min=1), help="Partitions [broker default].")
+@click.option(
+    "-r", "--replication-factor", type=click.IntRange(min=1), help="Replicas per partition."
+)
+@click.option("-c", "--config", "configs", multiple=True, help="A topic setting KEY=VALUE.")
+@bootstrap_option
+def create(
+    name: str,
+    partitions: int | None,
+    replication_factor: int | None,
+    configs: tuple[str, ...],
+    bootstrap: str,
+) -> None:
+    """Create topic NAME."""
+    settings = parse_pairs(configs, "--config")
+
+    async def main() -> None:
+        async with mq.Admin(bootstrap=bootstrap) as admin:
+            await admin.create_topic(name, partitions or -1, replication_factor or -1, settings)
+
+    run(main)
+    click.echo(f"created topic {name}")
+
+
+@topic.command(name="list")
+@click.option("--internal", is_flag=True, help="Include internal topics (__consumer_offsets).")
+@bootstrap_option
+def list_(internal: bool, bootstrap: str) -> None:
+    """List topics."""
+
+    async def main() -> list[str]:
+        async with mq.Admin(bootstrap=bootstrap) as admin:
+            return await admin.list_topics(include_internal=internal)
+
+    for name in sorted(run(main)):
+        click.echo(name)
+
+
+@topic.command()
+@click.argument("name")
+@bootstrap_option
+def describe(name: str, bootstrap: str) -> None:
+    """Partitions, leaders, replicas and settings of topic NAME."""
+
+    async def main() -> mq.client.admin.TopicDescription:
+        async with mq.Admin(bootstrap=bootstrap) as admin:
+            return await admin.describe_topic(name)
+
+    described = run(main)
+    click.echo(f"topic {described.name}{' (internal)' if described.internal else ''}")
+    rows = [
+        [
+            p.partition,
+            p.leader,
+            p.leader_epoch,
+            ",".join(map(str, p.replicas)),
+            ",".join(map(str, p.isr)),
+        ]
+        for p in described.partitions
+    ]
+    echo_table(rows, ["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR"])
+    if described.configs:
+        click.echo("settings:")
+        for key, value in sorted(described.configs.items()):
+            click.echo(f"  {key}={value}")
+
+
+@topic.command()
+@click.argument("name")
+@click.option("-c", "--config", "configs", multiple=True, help="Set KEY=VALUE.")
+@click.option("--reset", "resets", multiple=True, help="Put KEY back to the broker default.")
+@bootstrap_option
+def alter(name: str, configs: tuple[str, ...], resets: tuple[str, ...], bootstrap: str) -> None:
+    """Change settings of topic NAME."""
+    changes: dict[str, str | None] = dict(parse_pairs(configs, "--config"))
+    changes.update({key: None for key in resets})
+    if not changes:
+        raise click.UsageError("nothing to change: give --config KEY=VALUE or --reset KEY")
+
+    async def main() -> None:
+        async with mq.Admin(bootstrap=bootstrap) as admin:
+            await admin.alter_configs(name, changes)
+
+    run(main)
+    click.echo(f"altered topic {name}")
+
+
+@topic.command()
+@click.argument("name")
+@bootstrap_option
+def delete(name: str, bootstrap: str) -> None:
+    """Delete topic NAME and all its data."""
+
+    async def main() -> None:
+        async with mq.Admin(bootstrap=bootstrap) as admin:
+            await admin.delete_topic(name)
+
+    run(main)
+    click.echo(f"deleted topic {name}")
