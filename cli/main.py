@@ -15,6 +15,7 @@ import click
 
 import mq
 from cli.consume import consume
+from cli.group import group
 from cli.produce import produce
 from cli.serve import serve
 from cli.storage import storage
@@ -57,6 +58,7 @@ main.add_command(serve)
 main.add_command(topic)
 main.add_command(produce)
 main.add_command(consume)
+main.add_command(group)
 main.add_command(storage)
 
 

@@ -86,3 +86,28 @@ def test_produce_from_stdin_and_consume_as_a_group(bootstrap: str) -> None:
     records = [json.loads(line) for line in rest.stdout.splitlines()]
     assert [r["value"] for r in records] == ["three"]  # the group resumed after its commit
     assert records[0]["headers"] == [["source", "test"]]
+
+
+def test_group_list_describe_and_reset_offsets(bootstrap: str) -> None:
+    assert mq(bootstrap, "topic", "create", "cli-lag", "-p", "2").returncode == 0
+    lines = b"".join(b"m%d\n" % i for i in range(10))
+    assert mq(bootstrap, "produce", "cli-lag", stdin=lines).returncode == 0
+    read = mq(bootstrap, "consume", "cli-lag", "-g", "laggers", "--from-beginning", "-n", "10")
+    assert len(read.stdout.splitlines()) == 10, read.stderr
+    listed = mq(bootstrap, "group", "list").stdout.decode()
+    assert "laggers" in listed
+    described = mq(bootstrap, "group", "describe", "laggers").stdout.decode()
+    rows = [line.split() for line in described.splitlines() if line.startswith("cli-lag")]
+    assert len(rows) == 2
+    assert all(row[4] == "0" for row in rows)  # lag 0 after reading everything
+    reset = mq(
+        bootstrap, "group", "reset-offsets", "laggers", "--topic", "cli-lag", "--to-earliest"
+    )
+    assert reset.returncode == 0, reset.stderr
+    described = mq(bootstrap, "group", "describe", "laggers").stdout.decode()
+    rows = [line.split() for line in described.splitlines() if line.startswith("cli-lag")]
+    assert sum(int(row[4]) for row in rows) == 10  # everything is to be read again
+    again = mq(bootstrap, "consume", "cli-lag", "-g", "laggers", "--timeout", "2")
+    assert len(again.stdout.splitlines()) == 10
+    usage = mq(bootstrap, "group", "reset-offsets", "laggers", "--topic", "cli-lag")
+    assert usage.returncode == 2
