@@ -91,15 +91,18 @@ def _fetch_once(
             result = results[key]
             if result["error"] or result["records"]:
                 total += len(result["records"])
+                budget = max(0, budget - len(result["records"]))
                 continue
             try:
                 partition = broker.partition(*key)
-                found = partition.read(
-                    part["fetch_offset"], min(part["partition_max_bytes"], budget)
-                )
                 result["high_watermark"] = partition.high_watermark
                 result["last_stable_offset"] = partition.high_watermark
                 result["log_start_offset"] = partition.log.log_start_offset
+                if budget <= 0 and total > 0:
+                    continue  # only the first partition with data may go past max_bytes
+                found = partition.read(
+                    part["fetch_offset"], min(part["partition_max_bytes"], budget)
+                )
             except MQError as exc:
                 set_error(result, exc)
                 continue

@@ -366,3 +366,19 @@ def test_an_idempotent_producer_cut_off_before_the_response_writes_no_duplicate(
         retried = raw.call(apis_data.PRODUCE, produce_body("exactly-once", 0, second))
         assert retried["topics"][0]["partitions"][0]["base_offset"] == 1, retried
         assert read_all(raw, "exactly-once", 0) == [b"one", b"two"]
+
+
+def test_fetch_max_bytes_caps_the_whole_response_after_the_first_partition(raw: Raw) -> None:
+    create(raw, "budget", partitions=3)
+    for partition in range(3):
+        raw.call(apis_data.PRODUCE, produce_body("budget", partition, batch([bytes(1000)])))
+    body = fetch_body("budget", 0, 0)
+    body["max_bytes"] = 100  # smaller than one batch
+    body["topics"][0]["partitions"] = [
+        {"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20} for p in range(3)
+    ]
+    parts = raw.call(apis_data.FETCH, body)["topics"][0]["partitions"]
+    sizes = [len(p["records"]) for p in parts]
+    assert sizes[0] > 1000  # the first partition with data gets its whole batch anyway
+    assert sizes[1:] == [0, 0]  # the others wait for the next fetch
+    assert [p["high_watermark"] for p in parts] == [1, 1, 1]  # known even when skipped
