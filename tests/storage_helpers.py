@@ -179,11 +179,11 @@ class TrackingIO(FileIO):
     def touch(self, path: Path) -> None:
         self.dirty.add(Path(path))
 
-    def write_file_atomic(self, path: Path, data: bytes) -> None:
+    def write_file_atomic(self, path: Path, data: bytes, *, durable: bool = True) -> None:
         if Path(path).name == CHECKPOINT_FILE:  # not producer-state snapshots
             self.checkpoints.append(data)
             self.on_checkpoint(Path(path), data)
-        super().write_file_atomic(path, data)
+        super().write_file_atomic(path, data, durable=durable)
         self.dirty.discard(Path(path).with_name(Path(path).name + ".tmp"))
 
     def on_checkpoint(self, path: Path, data: bytes) -> None:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from mq.broker.catalog import Catalog, TopicInfo, topic_log_config
 from mq.broker.config import BrokerConfig
+from mq.broker.log_cleaner import LogCleaner
 from mq.broker.partition import Partition
 from mq.broker.producer_ids import ProducerIdAllocator
 from mq.errors import (
@@ -49,6 +50,7 @@ class Broker:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._lock_fd: int | None = None
         self._retention_task: asyncio.Task[None] | None = None
+        self.cleaner = LogCleaner(self.partitions, config.cleaner_backoff_ms)
         self.advertised: tuple[str, int] = (config.host, config.port)
         self.producer_ids = ProducerIdAllocator(config.data_dir)
         self.coordinator: GroupCoordinator | None = None
@@ -67,6 +69,7 @@ class Broker:
         for topic in self.catalog.topics.values():
             self._open_partitions(topic)
         self._retention_task = asyncio.get_running_loop().create_task(self._retention_loop())
+        self.cleaner.start()
         log.info(
             "broker %d: %d topics from %s", self.config.node_id, len(self.catalog.topics), data
         )
@@ -74,7 +77,9 @@ class Broker:
     async def stop(self) -> None:
         if self._retention_task is not None:
             self._retention_task.cancel()
-        partitions, self.partitions = list(self.partitions.values()), {}
+        await self.cleaner.stop()
+        partitions = list(self.partitions.values())
+        self.partitions.clear()
         results = await asyncio.gather(*(p.close() for p in partitions), return_exceptions=True)
         for partition, result in zip(partitions, results, strict=True):
             if isinstance(result, BaseException):
@@ -174,6 +179,7 @@ class Broker:
         for index in range(info.partitions):
             partition = self.partitions.pop((name, index), None)
             if partition is not None:
+                self.cleaner.forget(partition)
                 await partition.close()
             directory = self.config.data_dir / f"{name}-{index}"
             if directory.exists():

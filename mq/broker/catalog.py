@@ -37,9 +37,11 @@ TOPIC_CONFIG_KEYS = {
     "flush.ms",
     "max.message.bytes",
     "cleanup.policy",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
+    "delete.retention.ms",
 }
 """Settings a topic may override (everything else is the broker's)."""
-CLEANUP_POLICIES = {"delete", "compact", "compact,delete", "delete,compact"}
 
 
 @dataclass
@@ -60,10 +62,6 @@ def topic_log_config(defaults: LogConfig, configs: dict[str, str]) -> LogConfig:
     for key, value in configs.items():
         if key not in TOPIC_CONFIG_KEYS:
             raise InvalidConfigError(f"unknown topic config {key!r}")
-        if key == "cleanup.policy":
-            if value not in CLEANUP_POLICIES:
-                raise InvalidConfigError(f"cleanup.policy must be delete or compact, not {value!r}")
-            continue
         if key in ("retention.ms", "retention.bytes") and value in ("-1", ""):
             overrides[key] = None
             continue

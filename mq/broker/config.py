@@ -38,6 +38,9 @@ class BrokerConfig:
     """Partitions of ``__consumer_offsets`` (fixed once the topic exists)."""
     retention_check_ms: int = 60_000
     """How often retention runs over every partition."""
+    cleaner_backoff_ms: int = 15_000
+    """How often the log cleaner looks for compacted partitions to clean (Kafka's
+    log.cleaner.backoff.ms)."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:

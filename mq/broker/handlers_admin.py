@@ -151,11 +151,8 @@ async def describe_configs(
         for key in sorted(TOPIC_CONFIG_KEYS):
             if topic["keys"] is not None and key not in topic["keys"]:
                 continue
-            if key == "cleanup.policy":
-                value: Any = info.configs.get(key, "delete")
-            else:
-                value = getattr(effective, key.replace(".", "_"))
-                value = getattr(value, "value", value)
+            value: Any = getattr(effective, key.replace(".", "_"))
+            value = getattr(value, "value", value)
             entries.append(
                 {
                     "name": key,

@@ -36,6 +36,9 @@ OFFSET_KEY = 0
 MAX_METADATA_BYTES = 4096
 """Kafka's offset.metadata.max.bytes."""
 LOAD_READ_BYTES = 1 << 20
+SEGMENT_BYTES = 100 * 1024 * 1024
+"""Segments of the offsets topic roll at this size, or the broker's default if smaller
+(Kafka's offsets.topic.segment.bytes): the cleaner compacts closed segments only."""
 
 
 class CommittedOffset(NamedTuple):
@@ -56,9 +59,9 @@ class OffsetStore:
     async def start(self) -> None:
         """Create the topic on first start, then load every commit in it."""
         try:
-            self._broker.create_topic(
-                OFFSETS_TOPIC, self._partitions, 1, {"cleanup.policy": "compact"}, internal=True
-            )
+            segment_bytes = min(SEGMENT_BYTES, self._broker.config.log.segment_bytes)
+            configs = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
+            self._broker.create_topic(OFFSETS_TOPIC, self._partitions, 1, configs, internal=True)
         except TopicAlreadyExistsError:
             pass
         info = self._broker.catalog.get(OFFSETS_TOPIC)

@@ -64,6 +64,9 @@ CODEC_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
+DELETE_HORIZON_BIT = 0x40
+"""Set by the log cleaner: baseTimestamp holds the time after which the batch's
+tombstones may go (Kafka's KIP-534); record timestamps stay base + delta."""
 
 NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1

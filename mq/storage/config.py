@@ -18,6 +18,11 @@ append's future completes):
     ``kill -9``; a power cut may lose whatever the kernel had not written.
 
 Whatever the policy, a segment is synced when it is rolled, and on clean close.
+
+Cleanup policies (``cleanup.policy``, as in Kafka): ``delete`` removes whole
+old segments by ``retention.ms`` / ``retention.bytes``; ``compact`` keeps the
+newest record of every key in the closed segments (see
+:mod:`mq.storage.cleaner`) and ignores retention; ``compact,delete`` does both.
 """
 
 from __future__ import annotations
@@ -37,6 +42,14 @@ MAX_SEGMENT_BYTES = 2 * GiB - 1
 MIN_SEGMENT_BYTES = 64 * KiB
 """Smaller segments only multiply files; nothing useful fits in less."""
 DAY_MS = 24 * 3600 * 1000
+
+
+CLEANUP_POLICIES = {
+    "delete": frozenset({"delete"}),
+    "compact": frozenset({"compact"}),
+    "compact,delete": frozenset({"compact", "delete"}),
+    "delete,compact": frozenset({"compact", "delete"}),
+}
 
 
 class FlushPolicy(enum.Enum):
@@ -64,6 +77,14 @@ class LogConfig:
     """With ``flush=interval``: the longest time between an append and its sync."""
     max_message_bytes: int = 1 * MiB + 12
     """Largest batch a producer may append (Kafka's ``max.message.bytes``)."""
+    cleanup_policy: str = "delete"
+    """``delete``, ``compact`` or ``compact,delete`` (see the module docstring)."""
+    min_cleanable_dirty_ratio: float = 0.5
+    """Compact once the not yet compacted bytes are this share of the closed segments."""
+    min_compaction_lag_ms: int = 0
+    """A record stays uncompacted for at least this long (by its segment's newest timestamp)."""
+    delete_retention_ms: int = DAY_MS
+    """How long a compacted tombstone (null value) stays readable before it goes."""
 
     def __post_init__(self) -> None:
         if not MIN_SEGMENT_BYTES <= self.segment_bytes <= MAX_SEGMENT_BYTES:
@@ -80,6 +101,27 @@ class LogConfig:
             raise InvalidConfigError("retention.ms must be positive (or unset to keep forever)")
         if self.retention_bytes is not None and self.retention_bytes <= 0:
             raise InvalidConfigError("retention.bytes must be positive (or unset for no cap)")
+        if self.cleanup_policy not in CLEANUP_POLICIES:
+            raise InvalidConfigError(
+                f"cleanup.policy must be delete, compact or compact,delete, "
+                f"not {self.cleanup_policy!r}"
+            )
+        if not 0 <= self.min_cleanable_dirty_ratio <= 1:
+            raise InvalidConfigError("min.cleanable.dirty.ratio must be in [0, 1]")
+        if self.min_compaction_lag_ms < 0 or self.delete_retention_ms < 0:
+            raise InvalidConfigError(
+                "min.compaction.lag.ms and delete.retention.ms must not be negative"
+            )
+
+    @property
+    def compact(self) -> bool:
+        """Whether the cleaner compacts this log."""
+        return "compact" in CLEANUP_POLICIES[self.cleanup_policy]
+
+    @property
+    def delete(self) -> bool:
+        """Whether retention deletes old segments of this log."""
+        return "delete" in CLEANUP_POLICIES[self.cleanup_policy]
 
     def with_overrides(self, overrides: dict[str, Any]) -> LogConfig:
         """A copy with Kafka-style keys (``segment.bytes``, ``flush``…) applied."""
@@ -94,6 +136,13 @@ class LogConfig:
                 except ValueError:
                     choices = ", ".join(p.value for p in FlushPolicy)
                     raise InvalidConfigError(f"flush must be one of {choices}") from None
+            elif field == "cleanup_policy":
+                value = str(value).replace(" ", "")
+            elif field == "min_cleanable_dirty_ratio":
+                try:
+                    value = float(value)
+                except (TypeError, ValueError):
+                    raise InvalidConfigError(f"{key} must be a number, got {value!r}") from None
             elif value is not None:
                 try:
                     value = int(value)

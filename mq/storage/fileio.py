@@ -98,6 +98,10 @@ class FileIO:
     def unlink(self, path: Path) -> None:
         os.unlink(path)
 
+    def rename(self, source: Path, target: Path) -> None:
+        """Move ``source`` to ``target`` atomically, replacing it (same file system)."""
+        os.replace(source, target)
+
     def fsync_dir(self, path: Path) -> None:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
@@ -105,18 +109,24 @@ class FileIO:
         finally:
             os.close(fd)
 
-    def write_file_atomic(self, path: Path, data: bytes) -> None:
-        """Replace ``path`` with ``data`` so that a crash leaves the old or the new file."""
+    def write_file_atomic(self, path: Path, data: bytes, *, durable: bool = True) -> None:
+        """Replace ``path`` with ``data`` so that a crash leaves the old or the new file.
+
+        ``durable=False`` skips the syncs: after a power cut the file may be
+        missing or empty (for hints that can be rebuilt).
+        """
         tmp = path.with_name(path.name + ".tmp")
         fd = self.open(tmp, create=True)
         try:
             self.truncate(fd, 0)
             self.pwrite(fd, data, 0)
-            self.fsync(fd)
+            if durable:
+                self.fsync(fd)
         finally:
             self.close(fd)
-        os.replace(tmp, path)
-        self.fsync_dir(path.parent)
+        self.rename(tmp, path)
+        if durable:
+            self.fsync_dir(path.parent)
 
 
 DEFAULT_IO = FileIO()

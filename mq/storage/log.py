@@ -29,11 +29,12 @@ from typing import NamedTuple
 
 from mq.errors import (
     InvalidRecordError,
+    MQError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     StorageError,
 )
-from mq.storage import producers
+from mq.storage import cleaner, producers
 from mq.storage.batch import (
     NO_PRODUCER_ID,
     NO_TIMESTAMP,
@@ -127,6 +128,7 @@ class Log:
         self.producers = producers.ProducerStates()
         """Idempotent producers' sequences (rebuilt by :meth:`open`)."""
         self._opened_ms = clock()
+        self._cleaner = cleaner.CleanerState()
 
     # -- opening and recovery -------------------------------------------------
 
@@ -150,6 +152,7 @@ class Log:
         try:
             directory.mkdir(parents=True, exist_ok=True)
             checkpoint = read_checkpoint(directory, io)
+            cleaner.finish_swap(directory, io)
             segments = open_segments(directory, config, io, checkpoint)
             start = checkpoint.log_start_offset if checkpoint else 0
             if not segments:
@@ -161,6 +164,7 @@ class Log:
             else:
                 segments[-1].make_active(config.segment_bytes)
             opened = cls(directory, config, io, clock, segments, start)
+            opened._cleaner = cleaner.read_state(directory)
             write_checkpoint(directory, io, opened._checkpointed)
             opened.producers = producers.rebuild(
                 directory, io, opened.log_start_offset, opened.next_offset, opened._headers_from
@@ -204,6 +208,8 @@ class Log:
         """
         self._check_online()
         headers = validate_produced(data, max_batch_bytes=self.config.max_message_bytes)
+        if self.config.compact:
+            _require_keys(data, headers)
         idempotent = any(h.producer_id != NO_PRODUCER_ID for h in headers)
         if idempotent:
             if len(headers) != 1:
@@ -414,6 +420,8 @@ class Log:
         """
         self._check_online()
         cfg = self.config
+        if not cfg.delete:
+            return 0  # compact only: the cleaner keeps the log small
         now = self._clock()
         active = self._segments[-1]
         if (
@@ -525,6 +533,103 @@ class Log:
         except OSError as exc:
             raise self._fail("truncate", exc) from exc
 
+    # -- compaction -------------------------------------------------------------
+
+    def begin_clean(self, *, max_keys: int = cleaner.DEFAULT_MAX_KEYS) -> cleaner.CleanJob | None:
+        """A compaction pass, if one is due (see :mod:`mq.storage.cleaner`); run it in a thread.
+
+        The range is the closed segments from the first on that the recovery
+        checkpoint covers and that are older than ``min.compaction.lag.ms``.
+        """
+        self._check_online()
+        cfg = self.config
+        if not cfg.compact:
+            return None
+        now = self._clock()
+        cleanable: list[Segment] = []
+        for segment in self._segments[:-1]:
+            if segment.base_offset >= self._checkpointed.recover_from or segment in self._unsynced:
+                break
+            if cfg.min_compaction_lag_ms and now - self._newest_ms(segment) < (
+                cfg.min_compaction_lag_ms
+            ):
+                break
+            cleanable.append(segment)
+        total = sum(s.size for s in cleanable)
+        dirty = sum(s.size for s in cleanable if s.next_offset > self._cleaner.clean_end)
+        horizon = self._cleaner.next_horizon
+        due = dirty > 0 and dirty >= cfg.min_cleanable_dirty_ratio * total
+        if not cleanable or not (due or (horizon is not None and now >= horizon)):
+            return None
+        return cleaner.CleanJob(
+            self.directory,
+            self._io,
+            cleanable,
+            [cleaner.Source(s.base_offset, s.next_offset, s.size, s.path) for s in cleanable],
+            cfg.index_interval_bytes,
+            cfg.segment_bytes,
+            cfg.delete_retention_ms,
+            now,
+            max_keys,
+        )
+
+    def end_clean(self, job: cleaner.CleanJob) -> bool:
+        """Swap a finished pass in; False when it failed or the log changed under it.
+
+        A pass that failed (or found its segments gone) leaves the log as it
+        was. A failure during the swap itself takes the log offline: reopening
+        completes the swap (see :func:`mq.storage.cleaner.finish_swap`).
+        """
+        self._check_online()
+        n = len(job.segments)
+        unchanged = len(self._segments) > n and all(
+            a is b for a, b in zip(self._segments, job.segments, strict=False)
+        )
+        if job.error is not None or not unchanged:
+            if job.error is not None:
+                log.warning("%s: compaction failed: %s", self.directory.name, job.error)
+            try:
+                cleaner.prepare_cleaned_dir(self.directory, self._io)
+            except OSError as exc:
+                log.warning(
+                    "%s: cannot clear %s: %s", self.directory.name, cleaner.CLEANED_DIR, exc
+                )
+            return False
+        replaced = {base: o for o in job.outputs for base in o.replaces}
+        try:
+            if job.outputs:
+                cleaner.commit_swap(self.directory, self._io, job.outputs)
+            kept: list[Segment] = []
+            for old in job.segments:
+                output = replaced.get(old.base_offset)
+                if output is None:
+                    kept.append(old)
+                    continue
+                old.close()  # its files are gone; a reader's view keeps the old map alive
+                if output.base == old.base_offset:
+                    interval = self.config.index_interval_bytes
+                    kept.append(
+                        Segment.open_trusted(self.directory, old.base_offset, self._io, interval)
+                    )
+            self._segments[:n] = kept
+            self._bases[:n] = [s.base_offset for s in kept]
+            self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+            self._cleaner = job.state
+            cleaner.write_state(self.directory, self._io, job.state)
+        except (OSError, MQError) as exc:
+            error = exc if isinstance(exc, OSError) else OSError(str(exc))
+            raise self._fail("compaction swap", error) from exc
+        log.info(
+            "%s: compacted %d segments into %d: %d bytes -> %d, %d records dropped",
+            self.directory.name,
+            n,
+            len(kept),
+            job.bytes_read,
+            job.bytes_written,
+            job.records_dropped,
+        )
+        return True
+
     # -- closing ----------------------------------------------------------------
 
     def close(self) -> None:
@@ -569,3 +674,15 @@ class Log:
             f"Log({self.directory.name}, [{self.log_start_offset}, {self.next_offset}), "
             f"{len(self._segments)} segments)"
         )
+
+
+def _require_keys(data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
+    """A compacted log keeps the newest record per key: a record without one is refused."""
+    pos = 0
+    view = memoryview(data)
+    for header in headers:
+        if not header.is_control:
+            for record in decode_records(view[pos : pos + header.size]):
+                if record.key is None:
+                    raise InvalidRecordError("a compacted topic cannot take a record without a key")
+        pos += header.size

@@ -343,6 +343,62 @@ def build_batch(
     return builder.build()
 
 
+def rebuild_batch(
+    header: fmt.BatchHeader,
+    records: Sequence[Record],
+    *,
+    attributes: int,
+    base_timestamp: int,
+) -> bytes:
+    """The batch ``header`` describes, holding only ``records`` (the log cleaner's rewrite).
+
+    baseOffset, lastOffsetDelta, maxTimestamp, the leader epoch and the
+    producer fields stay as they were, and each record keeps its offset: a
+    compacted batch covers the same offsets as the original, so nothing
+    that tracks offsets or sequences moves. Timestamps are re-encoded as
+    deltas from ``base_timestamp``. Not on any hot path.
+    """
+    if not records:
+        raise ValueError("a batch needs at least one record")
+    body = bytearray()
+    put = _put_varint
+    for offset, timestamp, key, value, headers in records:
+        record = bytearray(1)  # attributes: unused
+        put(record, timestamp - base_timestamp)
+        put(record, offset - header.base_offset)
+        for field in (key, value):
+            if field is None:
+                record.append(1)  # zigzag(-1): null
+            else:
+                put(record, len(field))
+                record += field
+        put(record, len(headers))
+        for header_key, header_value in headers:
+            encoded = header_key.encode()
+            put(record, len(encoded))
+            record += encoded
+            if header_value is None:
+                record.append(1)
+            else:
+                put(record, len(header_value))
+                record += header_value
+        put(body, len(record))
+        body += record
+    codec = attributes & fmt.CODEC_MASK
+    payload = body if codec == CODEC_NONE else compress(codec, body)
+    out = bytearray(fmt.HEADER_SIZE) + payload
+    fmt.write_header(
+        out,
+        header._replace(
+            batch_length=len(out) - fmt.LOG_OVERHEAD,
+            attributes=attributes,
+            base_timestamp=base_timestamp,
+            records_count=len(records),
+        ),
+    )
+    return bytes(out)
+
+
 def decode_records(
     batch: Buffer, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
 ) -> list[Record]:

@@ -83,10 +83,10 @@ class FaultyIO(TrackingIO):
         self._hook("unlink", Path(path))
         super().unlink(path)
 
-    def write_file_atomic(self, path: Path, data: bytes) -> None:
+    def write_file_atomic(self, path: Path, data: bytes, *, durable: bool = True) -> None:
         self._hook("checkpoint", Path(path))
         time.sleep(self.sync_delay)
-        super().write_file_atomic(path, data)
+        super().write_file_atomic(path, data, durable=durable)
 
 
 def fail_nth(op: str, n: int, code: int, *, under: Path | None = None) -> Rule:
