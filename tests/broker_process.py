@@ -22,9 +22,21 @@ _LISTENING = re.compile(r"mq listening on (\S+):(\d+)")
 class BrokerProcess:
     """One ``mq serve`` subprocess; restartable on the same data directory and port."""
 
-    def __init__(self, data_dir: Path, *, segment_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        segment_bytes: int | None = None,
+        settings: dict[str, int] | None = None,
+        log_settings: dict[str, int | str] | None = None,
+    ) -> None:
+        """``settings`` are top-level broker settings of the config file; ``log_settings``
+        its ``[log]`` table (``segment_bytes`` is a shorthand for ``segment.bytes``)."""
         self.data_dir = data_dir
-        self.segment_bytes = segment_bytes
+        self.settings = dict(settings or {})
+        self.log_settings = dict(log_settings or {})
+        if segment_bytes is not None:
+            self.log_settings["segment.bytes"] = segment_bytes
         self.host = "127.0.0.1"
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -44,9 +56,12 @@ class BrokerProcess:
         """Start (on the previous port if there was one) and wait until it listens."""
         args = [sys.executable, "-m", "cli.main", "serve", "--data-dir", str(self.data_dir)]
         args += ["--port", str(self.port)]
-        if self.segment_bytes is not None:
+        if self.settings or self.log_settings:
             config = self.data_dir.with_name(self.data_dir.name + ".toml")
-            config.write_text(f'[log]\n"segment.bytes" = {self.segment_bytes}\n')
+            lines = [f"{key} = {value!r}" for key, value in self.settings.items()]
+            lines.append("[log]")
+            lines += [f'"{key}" = {value!r}' for key, value in self.log_settings.items()]
+            config.write_text("\n".join(lines) + "\n")
             args += ["--config", str(config)]
         self.proc = subprocess.Popen(
             args,

@@ -260,7 +260,8 @@ class Log:
         assign: tuple[int, int] | None,
     ) -> None:
         if len(data) > self.config.segment_bytes:
-            raise RecordTooLargeError(f"{len(data)} bytes exceed segment.bytes")
+            self._write_split(data, headers, first, assign)
+            return
         try:
             active = self._segments[-1]
             if self._must_roll(active, len(data), last):
@@ -268,6 +269,40 @@ class Log:
             active.append(data, headers, assign)
         except OSError as exc:
             raise self._fail("append", exc) from exc
+
+    def _write_split(
+        self,
+        data: bytes | bytearray | memoryview,
+        headers: list[BatchHeader],
+        first: int,
+        assign: tuple[int, int] | None,
+    ) -> None:
+        """Batches that together exceed segment.bytes: as many writes as segments need."""
+        view = memoryview(data)
+        limit = self.config.segment_bytes
+        if any(h.size > limit for h in headers):
+            raise RecordTooLargeError("a batch exceeds segment.bytes")
+        start = pos = 0
+        chunk: list[BatchHeader] = []
+        for header in [*headers, None]:
+            if header is not None and pos - start + header.size <= limit:
+                chunk.append(header)
+                pos += header.size
+                continue
+            count = sum(h.last_offset_delta + 1 for h in chunk)
+            if assign is None:
+                chunk_first, chunk_last = chunk[0].base_offset, chunk[-1].last_offset
+                chunk_assign = None
+            else:
+                chunk_first, chunk_last = first, first + count - 1
+                chunk_assign = (first, assign[1])
+            self._write(view[start:pos], chunk, chunk_first, chunk_last, chunk_assign)
+            first += count
+            start = pos
+            chunk = []
+            if header is not None:
+                chunk.append(header)
+                pos += header.size
 
     def _must_roll(self, active: Segment, size: int, last_offset: int) -> bool:
         if last_offset - active.base_offset > MAX_RELATIVE_OFFSET:

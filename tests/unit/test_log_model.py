@@ -137,10 +137,11 @@ class LogMachine(RuleBasedStateMachine):
             expected.append(Stored(offset, as_stored(raw, offset, epoch), count, max_ts))
             offset += count
         data = b"".join(datas)
-        if len(data) > self.config.segment_bytes:
+        if any(len(d) > self.config.max_message_bytes for d in datas):
             with pytest.raises(RecordTooLargeError):
                 self.log.append(data, leader_epoch=epoch)
             return
+        # batches larger together than a segment are split across segments
         info = self.log.append(data, leader_epoch=epoch)
         assert (info.first_offset, info.last_offset) == (expected[0].base, expected[-1].last)
         assert info.max_timestamp == max(s.max_ts for s in expected)
@@ -467,4 +468,22 @@ def test_truncating_below_the_log_start_keeps_the_start_at_or_below_the_end(
     got = log.read(info.first_offset, 1 << 20)
     assert got is not None
     assert got.first_offset == 0
+    log.close()
+
+
+def test_batches_larger_together_than_a_segment_are_split_across_segments(
+    tmp_path: Path,
+) -> None:
+    """A produce request may carry several batches of one partition (mq's producer does)."""
+    log = Log.open(tmp_path, LogConfig(segment_bytes=64 * KiB, max_message_bytes=32 * KiB))
+    batches = [make_batch(i * 10, 10, value_size=2500) for i in range(5)]  # ~25 KiB each
+    info = log.append(b"".join(batches), leader_epoch=3)
+    assert (info.first_offset, info.last_offset, info.batches) == (0, 49, 5)
+    assert len(log.segments) == 3
+    read = b""
+    offset = 0
+    while (found := log.read(offset, 1 << 20)) is not None:
+        read += bytes(found.data)
+        offset = found.next_offset
+    assert read == b"".join(as_stored(b, i * 10, 3) for i, b in enumerate(batches))
     log.close()
