@@ -96,7 +96,10 @@ class FlushJob:
             self.error = exc
         finally:
             if self.active_fd is not None:
-                self.io.close(self.active_fd)
+                try:
+                    self.io.close(self.active_fd)
+                except OSError as exc:
+                    self.error = self.error or exc
 
 
 class Log:

@@ -170,7 +170,10 @@ class LogWriter:
                 future.set_result(result)
         if self._on_append is not None:
             for info in appended:
-                self._on_append(info)
+                try:
+                    self._on_append(info)
+                except Exception:  # the partition's task must outlive a bug in a callback
+                    log.exception("%s: on_append failed", self.log.directory.name)
 
     async def _group_commit(self) -> None:
         """Sync and acknowledge copied groups, oldest first, until none is left."""

@@ -471,3 +471,19 @@ async def test_truncation_waits_for_a_sync_in_flight(tmp_path: Path) -> None:
     froms = [int(c.decode().split("\n")[1].split()[0]) for c in io.checkpoints[written:]]
     assert froms[0] > 0  # the job's own checkpoint went first
     assert set(froms[froms.index(0) :]) == {0}, froms
+
+
+async def test_a_failing_on_append_callback_does_not_stop_the_writer(tmp_path: Path) -> None:
+    calls: list[AppendInfo] = []
+
+    def broken(info: AppendInfo) -> None:
+        calls.append(info)
+        raise RuntimeError("a bug in the callback")
+
+    writer = LogWriter(Log.open(tmp_path, CONFIG), on_append=broken)
+    async with asyncio.timeout(5):
+        first = await writer.append(make_batch(0, 1))
+        second = await writer.append(make_batch(1, 2))
+    assert (first.first_offset, second.last_offset) == (0, 2)
+    assert [c.first_offset for c in calls] == [0, 1]
+    await writer.close()
