@@ -12,9 +12,11 @@ From ``BENCHMARKS.md``, measured with mq's own asyncio client on uvloop:
 
 Besides msg/s and MB/s it reports CPU per message: the client's own
 (``time.process_time`` of this process, which runs nothing else meanwhile;
-W9) and the broker's (user + system time from ``/proc/PID/stat``; W8). Each
-figure is the median of ``--runs`` runs; each run uses a new topic on one
-broker process. Usage::
+W9) and the broker's (user + system time from ``/proc/PID/stat``; W8), and
+``cpu wait``, the share of the time in which some runnable task (anyone's)
+waited for a CPU (Linux PSI): high on a busy shared machine. Each figure is
+the median of ``--runs`` runs; each run uses a new topic on one broker
+process (:class:`benchmarks.common.Broker`). Usage::
 
     python -m benchmarks.client [--messages N] [--size BYTES] [--runs N] [--json]
 """
@@ -24,12 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,10 +36,8 @@ from pathlib import Path
 
 import uvloop
 
+from benchmarks.common import Broker, cpu_pressure_seconds
 from mq import Admin, Consumer, Producer, RecordFuture, TopicPartition
-
-_LISTENING = re.compile(r"mq listening on (\S+):(\d+)")
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -48,6 +45,8 @@ class Run:
     seconds: float
     client_cpu_s: float
     broker_cpu_s: float
+    cpu_wait_s: float
+    """Time in which some runnable task (anyone's) waited for a CPU: a noisy machine."""
     verified: bool
 
 
@@ -81,47 +80,9 @@ class Figure:
     def broker_us(self) -> float:
         return self.median(lambda r: r.broker_cpu_s / self.messages * 1e6)
 
-
-class Broker:
-    """``mq serve`` on a free loopback port with a temporary data directory."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "serve", "--data-dir", str(data_dir), "--port", "0"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        self.bootstrap = ""
-        ready = threading.Event()
-
-        def read() -> None:
-            assert self.proc.stderr is not None
-            with self.proc.stderr:
-                for raw in self.proc.stderr:
-                    found = _LISTENING.search(raw.decode(errors="replace"))
-                    if found:
-                        self.bootstrap = f"{found.group(1)}:{found.group(2)}"
-                        ready.set()
-
-        self._reader = threading.Thread(target=read, daemon=True)
-        self._reader.start()
-        if not ready.wait(30):
-            self.stop()
-            raise RuntimeError("the broker did not start within 30 s")
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU the broker process has used so far."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14, 15)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(15)
-        self._reader.join(15)
+    @property
+    def cpu_wait_pct(self) -> float:
+        return self.median(lambda r: r.cpu_wait_s / r.seconds * 100)
 
 
 def payloads(messages: int, size: int) -> list[bytes]:
@@ -166,9 +127,10 @@ async def one_run(broker: Broker, run: int, values: list[bytes], w1: Figure, w3:
     async with Admin(broker.bootstrap) as admin:
         await admin.create_topic(topic, partitions=1)
     for figure, workload in ((w1, produce), (w3, consume)):
-        before = broker.cpu_seconds()
+        before, waited = broker.cpu_seconds(), cpu_pressure_seconds()
         seconds, cpu, verified = await workload(broker.bootstrap, topic, values)
-        figure.runs.append(Run(seconds, cpu, broker.cpu_seconds() - before, verified))
+        broker_cpu, waited = broker.cpu_seconds() - before, cpu_pressure_seconds() - waited
+        figure.runs.append(Run(seconds, cpu, broker_cpu, waited, verified))
 
 
 def measure(messages: int, size: int, runs: int) -> list[Figure]:
@@ -201,6 +163,7 @@ def report(figures: list[Figure], as_json: bool, out: Callable[[str], None]) -> 
                         "mb_per_s": round(f.mb_per_s, 2),
                         "client_cpu_us_per_msg": round(f.client_us, 2),
                         "broker_cpu_us_per_msg": round(f.broker_us, 2),
+                        "cpu_wait_pct": round(f.cpu_wait_pct, 1),
                         "verified": all(r.verified for r in f.runs),
                         "runs": [round(r.seconds, 3) for r in f.runs],
                     }
@@ -209,13 +172,14 @@ def report(figures: list[Figure], as_json: bool, out: Callable[[str], None]) -> 
         return
     out(f"mq, flush=interval, acks=1, loopback; median of {len(figures[0].runs)} runs")
     head = ("workload", "messages", "size", "seconds", "msg/s", "MB/s", "client µs", "broker µs")
-    out("{:<11} {:>9} {:>5} {:>8} {:>9} {:>7} {:>10} {:>10}  verified".format(*head))
+    columns = "{:<11} {:>9} {:>5} {:>8} {:>9} {:>7} {:>10} {:>10} {:>8}  verified"
+    out(columns.format(*head, "cpu wait"))
     for f in figures:
         verified = "yes" if all(r.verified for r in f.runs) else "NO"
         out(
             f"{f.workload:<11} {f.messages:>9,} {f.size:>5} {f.seconds:>8.2f} "
             f"{f.msg_per_s:>9,.0f} {f.mb_per_s:>7.1f} {f.client_us:>10.2f} "
-            f"{f.broker_us:>10.2f}  {verified}"
+            f"{f.broker_us:>10.2f} {f.cpu_wait_pct:>7.0f}%  {verified}"
         )
 
 

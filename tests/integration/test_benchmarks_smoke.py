@@ -1,0 +1,51 @@
+"""The client benchmarks still run end to end (tiny sizes; the figures are not checked).
+
+Each runs as ``python -m benchmarks.<name>`` from the repository root, as a
+user would, with its own broker process (and, for W4, its consumer process).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 60
+
+
+def run_benchmark(*args: str) -> list[dict[str, Any]]:
+    """The benchmark's ``--json`` lines, one object per figure."""
+    done = subprocess.run(
+        [sys.executable, "-m", *args, "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def test_w4_latency_runs_and_verifies() -> None:
+    args = ("--rate", "200", "--seconds", "1", "--warmup", "0.2", "--runs", "1")
+    [result] = run_benchmark("benchmarks.latency", *args)
+
+    assert result["workload"] == "W4 latency"
+    assert result["verified"] is True, result["problem"]
+    assert result["messages"] == 200
+    assert len(result["runs"]) == 1
+    assert 0 < result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]
+    assert result["send_rate"] > 100
+
+
+def test_w1_w3_client_runs_and_verifies() -> None:
+    w1, w3 = run_benchmark("benchmarks.client", "--messages", "2000", "--runs", "1")
+
+    assert (w1["workload"], w3["workload"]) == ("W1 produce", "W3 consume")
+    assert w1["verified"] is True
+    assert w3["verified"] is True
+    assert w1["messages"] == w3["messages"] == 2000
