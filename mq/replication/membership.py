@@ -1,0 +1,93 @@
+"""Who is in the cluster and who controls it: broker registrations and controller election.
+
+Both live in the :class:`~mq.replication.store.MetadataStore` under the
+broker's lease, so they vanish when the broker stops refreshing it (a crash,
+a partition from etcd):
+
+* ``/brokers/<node id>``: the broker's advertised address, created only if
+  absent, so two live brokers cannot claim one node id;
+* ``/controller``: the controller's node id, created only if absent. The
+  revision that created it is the **controller epoch**: the controller guards
+  each of its writes with ``Compare("/controller", epoch)``, so once another
+  broker has taken over, every write of the old one fails.
+
+Values are msgpack.
+
+Thread safety: one event loop.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import msgpack
+
+from mq.errors import MQError
+from mq.replication.store import Compare, Delete, Lease, MetadataStore, Put
+
+BROKERS = "/brokers/"
+CONTROLLER = "/controller"
+
+
+class NodeIdInUseError(MQError):
+    """Another live broker is registered with this node id (local)."""
+
+
+class BrokerInfo(NamedTuple):
+    node_id: int
+    host: str
+    port: int
+
+
+class Controller(NamedTuple):
+    node_id: int
+    epoch: int
+    """The revision that elected it; its writes compare ``/controller`` against it."""
+
+
+def broker_key(node_id: int) -> str:
+    return f"{BROKERS}{node_id}"
+
+
+async def register(store: MetadataStore, info: BrokerInfo, lease: Lease) -> int:
+    """Register a live broker under ``lease``; the revision. Refused if the id is taken."""
+    value = msgpack.packb([info.node_id, info.host, info.port])
+    key = broker_key(info.node_id)
+    revision = await store.commit([Compare(key, 0)], [Put(key, value, lease.id)])
+    if revision is None:
+        raise NodeIdInUseError(f"node id {info.node_id} is registered by a live broker")
+    return revision
+
+
+async def live_brokers(store: MetadataStore) -> tuple[dict[int, BrokerInfo], int]:
+    """Every registered broker by node id, and the revision of the read."""
+    entries, revision = await store.get_prefix(BROKERS)
+    brokers = {}
+    for entry in entries:
+        info = BrokerInfo(*msgpack.unpackb(entry.value))
+        brokers[info.node_id] = info
+    return brokers, revision
+
+
+async def campaign(store: MetadataStore, node_id: int, lease: Lease) -> Controller | None:
+    """Become the controller if there is none: the new controller, or None if one exists."""
+    put = Put(CONTROLLER, msgpack.packb(node_id), lease.id)
+    epoch = await store.commit([Compare(CONTROLLER, 0)], [put])
+    return None if epoch is None else Controller(node_id, epoch)
+
+
+async def current_controller(store: MetadataStore) -> Controller | None:
+    entry = await store.get(CONTROLLER)
+    if entry is None:
+        return None
+    return Controller(int(msgpack.unpackb(entry.value)), entry.mod_revision)
+
+
+def fence(controller: Controller) -> Compare:
+    """The guard every write of ``controller`` carries."""
+    return Compare(CONTROLLER, controller.epoch)
+
+
+async def resign(store: MetadataStore, controller: Controller) -> bool:
+    """Step down (a clean shutdown); False if another broker already controls."""
+    return await store.commit([fence(controller)], [Delete(CONTROLLER)]) is not None
