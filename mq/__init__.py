@@ -22,6 +22,7 @@ __version__ = "0.1.0.dev0"
 from mq.client import (
     Admin,
     Consumer,
+    ConsumerRebalanceListener,
     ConsumerRecord,
     OffsetAndTimestamp,
     Producer,
@@ -37,6 +38,7 @@ from mq.errors import MQError
 __all__ = [
     "Admin",
     "Consumer",
+    "ConsumerRebalanceListener",
     "ConsumerRecord",
     "MQError",
     "OffsetAndTimestamp",

@@ -4,6 +4,12 @@ Every error has a stable numeric ``code`` (Kafka's numbers where the meaning is
 the same, so a Kafka-protocol listener can reuse them), a ``name``, and a
 ``retriable`` flag telling a client whether the same request may succeed later.
 ``error_for_code`` turns a code received on the wire back into its class.
+
+Some errors are *local*: raised on one side and never sent, such as
+:class:`ProtocolError` or the client's :class:`ClientStateError`. They
+define no code of their own and subclass the class whose meaning they refine,
+whose ``code`` and ``name`` they inherit (and ``retriable``, unless they say
+otherwise).
 """
 
 from __future__ import annotations
@@ -159,6 +165,30 @@ class RequestTimedOutError(MQError):
     name = "REQUEST_TIMED_OUT"
     retriable = True
     default_message = "the request timed out"
+
+
+# -- local to the client -----------------------------------------------------------
+
+
+class ClientStateError(MQError):
+    """Local: the producer, consumer or admin is not started, or already stopped.
+
+    Also a call that the client's mode forbids (e.g. ``assign`` after
+    ``subscribe``, a commit without a ``group_id``). Not retriable: the same
+    call fails the same way until the application changes what it does.
+    """
+
+    default_message = "the client is not running"
+
+
+class BrokerUnavailableError(NetworkError):
+    """Local, retriable: the broker's circuit breaker is open after repeated failures.
+
+    Requests to that broker fail at once, without a connection attempt, until
+    the breaker's cooldown has passed.
+    """
+
+    default_message = "the broker is unavailable (circuit breaker open)"
 
 
 # -- topics and partitions -------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
 import pytest
@@ -92,6 +92,19 @@ def check_complete(members: Members, counts: Counts, result: Assignment) -> None
 
 def sizes(result: Assignment) -> list[int]:
     return [len(tps) for tps in result.values()]
+
+
+def fewest_moves(kept: Iterable[int], assignable_count: int, member_count: int) -> int:
+    """How many partitions a balanced assignment must take from their previous owners.
+
+    ``kept`` is how many each member could keep (equal subscriptions). With
+    ``q, r = divmod(assignable_count, member_count)``, the best a balanced
+    result can do is let the r members that kept most keep q + 1, the others q.
+    """
+    q, r = divmod(assignable_count, member_count)
+    most_first = sorted(kept, reverse=True)
+    can_keep = sum(min(c, q + 1 if i < r else q) for i, c in enumerate(most_first))
+    return sum(most_first) - can_keep
 
 
 def was_valid(tp: TP, subscription: Subscription, counts: Counts) -> bool:

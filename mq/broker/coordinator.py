@@ -36,6 +36,7 @@ from mq.errors import (
 )
 from mq.groups.assignors import Subscription, TopicPartition
 from mq.groups.rebalance import GroupAssignment, MemberView, Sessions
+from mq.wire.limits import MAX_NAME_LEN
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,12 @@ class Group:
     revocations: Sessions
     members: dict[str, Member] = field(default_factory=dict)
     fenced: set[str] = field(default_factory=set)
+    topics: frozenset[str] = frozenset()
+    """Every topic a member subscribes to: kept with ``members``, read on each heartbeat."""
+
+    def subscriptions_changed(self) -> None:
+        """Recompute ``topics``: call it after ``members`` changed."""
+        self.topics = frozenset(t for member in self.members.values() for t in member.topics)
 
 
 class GroupCoordinator:
@@ -122,7 +129,9 @@ class GroupCoordinator:
                 raise FencedInstanceIdError(f"member {member_id} was replaced by a newer instance")
             raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
         if not member_id:
-            member_id = f"{client_id or 'member'}-{uuid.uuid4().hex[:12]}"
+            suffix = f"-{uuid.uuid4().hex[:12]}"
+            # cut a long client id: the member id must fit a Name (MAX_NAME_LEN)
+            member_id = (client_id or "member")[: MAX_NAME_LEN - len(suffix)] + suffix
         member = Member(
             member_id,
             instance_id,
@@ -141,6 +150,7 @@ class GroupCoordinator:
             group.fenced.add(replaced)
             log.info("group %s: %s replaces static member %s", group_id, member_id, replaced)
         group.members[member_id] = member
+        group.subscriptions_changed()
         group.sessions.start(member_id, session_timeout_ms / 1000)
         group.assignment.set_partitions(self._partition_counts(group))
         return member, group.assignment.generation
@@ -151,9 +161,7 @@ class GroupCoordinator:
         """(what to own and revoke, generation, next heartbeat interval in ms)."""
         group, member = self._member(group_id, member_id)
         group.sessions.touch(member_id)
-        counts = self._partition_counts(group)
-        if counts != dict(group.assignment.partitions):
-            group.assignment.set_partitions(counts)
+        group.assignment.set_partitions(self._partition_counts(group))  # a no-op if unchanged
         view = group.assignment.heartbeat(member_id, owned)
         if view.revoke:
             if member_id not in group.revocations:
@@ -198,7 +206,7 @@ class GroupCoordinator:
         return group
 
     def _partition_counts(self, group: Group, extra: list[str] | None = None) -> dict[str, int]:
-        topics = {t for m in group.members.values() for t in m.topics} | set(extra or ())
+        topics = group.topics.union(extra) if extra else group.topics
         counts = {}
         for topic in topics:
             info = self._broker.catalog.get(topic)
@@ -209,6 +217,7 @@ class GroupCoordinator:
     def _remove(self, group: Group, member_id: str, why: str) -> None:
         group.assignment.leave(member_id)
         group.members.pop(member_id, None)
+        group.subscriptions_changed()
         group.sessions.stop(member_id)
         group.revocations.stop(member_id)
         log.info("group %s: member %s %s", group.group_id, member_id, why)

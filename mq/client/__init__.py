@@ -10,13 +10,15 @@ Split by role, as aiokafka is (STYLE habit 11):
 * :mod:`mq.client.producer`, with :mod:`~mq.client.accumulator` (batches),
   :mod:`~mq.client.sender` (the sender task) and :mod:`~mq.client.partitioner`;
 * :mod:`mq.client.consumer`, with :mod:`~mq.client.fetcher` (prefetch, lazy
-  decoding), :mod:`~mq.client.group` (membership) and :mod:`~mq.client.offsets`;
+  decoding), :mod:`~mq.client.group` (membership), :mod:`~mq.client.listener`
+  (rebalance callbacks) and :mod:`~mq.client.offsets`;
 * :mod:`mq.client.admin`; and :mod:`mq.client.sync`, blocking wrappers.
 """
 
 from mq.client.admin import Admin
 from mq.client.consumer import Consumer
 from mq.client.futures import RecordFuture
+from mq.client.listener import ConsumerRebalanceListener
 from mq.client.producer import Producer
 from mq.client.sync import SyncAdmin, SyncConsumer, SyncProducer
 from mq.client.types import (
@@ -29,6 +31,7 @@ from mq.client.types import (
 __all__ = [
     "Admin",
     "Consumer",
+    "ConsumerRebalanceListener",
     "ConsumerRecord",
     "OffsetAndTimestamp",
     "Producer",

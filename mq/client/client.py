@@ -10,7 +10,7 @@ the consumer and the admin client each own one.
 Each broker address has a :class:`~mq.client.breaker.CircuitBreaker`: after
 ``breaker_threshold`` consecutive network failures (failed connects, lost
 connections, timed-out requests) requests to that broker fail at once with a
-retriable :class:`~mq.client.types.BrokerUnavailableError` for a cooldown,
+retriable :class:`~mq.errors.BrokerUnavailableError` for a cooldown,
 instead of each paying a connect timeout; then one trial request is let
 through, and its outcome closes or reopens the breaker.
 
@@ -35,8 +35,14 @@ from mq.client.breaker import (
 )
 from mq.client.connection import DEFAULT_MAX_IN_FLIGHT, Connection
 from mq.client.metadata import ClusterMetadata, needs_metadata_refresh
-from mq.client.types import BrokerUnavailableError, ClientStateError
-from mq.errors import MQError, NetworkError, RequestTimedOutError, UnknownTopicOrPartitionError
+from mq.errors import (
+    BrokerUnavailableError,
+    ClientStateError,
+    MQError,
+    NetworkError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
 from mq.wire.apis_core import METADATA, MetadataResponse
 from mq.wire.registry import Api
 

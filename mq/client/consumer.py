@@ -10,7 +10,9 @@
         await consumer.commit()
 
 Three ways to get partitions: ``subscribe`` with a ``group_id`` (the group
-coordinator assigns them, see :mod:`mq.client.group`); ``subscribe``
+coordinator assigns them, see :mod:`mq.client.group`; a
+:class:`~mq.client.listener.ConsumerRebalanceListener` hears of each
+change); ``subscribe``
 without one (every partition of the topics, following new ones); or
 ``assign`` (exactly these; commits still go to the group if there is one).
 Records come from the :class:`~mq.client.fetcher.Fetcher`, which prefetches
@@ -27,10 +29,11 @@ from typing import Literal
 from mq.client.client import Client
 from mq.client.fetch_buffer import PartitionState
 from mq.client.fetcher import Fetcher
-from mq.client.group import GroupMember, Listener, require_group
+from mq.client.group import GroupMember, require_group
+from mq.client.listener import ConsumerRebalanceListener
 from mq.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
-from mq.client.types import ClientStateError, ConsumerRecord, OffsetAndTimestamp, TopicPartition
-from mq.errors import MQError
+from mq.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from mq.errors import ClientStateError, MQError
 
 Assignor = Literal["range", "roundrobin", "sticky"]
 
@@ -103,6 +106,8 @@ class Consumer:
             self._fetcher.committed_lookup = self._group.fetch_committed
         self._mode: Literal["none", "subscribed", "assigned"] = "none"
         self._started = False
+        self._stopping = False
+        """In :meth:`stop`: a rebalance listener may still commit, nothing else starts."""
         self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -121,18 +126,18 @@ class Consumer:
             self.subscribe(self._topics)
 
     async def stop(self) -> None:
-        """Commit (with auto-commit), leave the group (unless static), and close."""
-        if self._closed:
+        """Revoke (the listener may commit), commit (auto-commit), leave (unless static), close."""
+        if self._closed or self._stopping:
             return
-        self._closed = True
-        if not self._started:
-            return
+        self._stopping = True
         try:
-            if self._group is not None:
+            if self._started and self._group is not None:
                 await self._group.stop()
         finally:
-            await self._fetcher.stop()
-            await self._client.close()
+            self._closed = True
+            if self._started:
+                await self._fetcher.stop()
+                await self._client.close()
 
     async def __aenter__(self) -> Consumer:
         await self.start()
@@ -154,12 +159,16 @@ class Consumer:
 
     # -- what to read -------------------------------------------------------------------------
 
-    def subscribe(self, topics: Iterable[str], listener: Listener | None = None) -> None:
+    def subscribe(
+        self, topics: Iterable[str], listener: ConsumerRebalanceListener | None = None
+    ) -> None:
         """Read these topics: via the group with a group_id, else every partition of them.
 
-        ``listener`` (group mode) is called with the partitions revoked and,
-        separately, those assigned; it may be a coroutine function.
+        ``listener`` (group mode) hears of the partitions revoked, assigned and
+        lost (see :mod:`mq.client.listener`).
         """
+        if listener is not None and not isinstance(listener, ConsumerRebalanceListener):
+            raise TypeError(f"listener must be a ConsumerRebalanceListener, not {listener!r}")
         self._check()
         if self._mode == "assigned":
             raise ClientStateError("assign() and subscribe() cannot be mixed")
@@ -167,7 +176,7 @@ class Consumer:
         self._topics = set(topics)
         self._client.add_topics(self._topics)
         if self._group is not None:
-            self._group.on_revoked = self._group.on_assigned = listener
+            self._group.listener = listener
             self._group.subscribe(self._topics)
         else:
             self._follow_partitions()
@@ -220,6 +229,7 @@ class Consumer:
         for tp in partitions:
             self._state(tp).paused = False
         self._fetcher.wake()
+        self._fetcher.data_ready()
 
     def paused(self) -> set[TopicPartition]:
         return {tp for tp, s in self._fetcher.states.items() if s.paused}

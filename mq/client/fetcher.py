@@ -2,14 +2,17 @@
 
 A background task keeps every assigned partition fed: it sends **one fetch
 request per broker** for all the partitions that broker leads and that need
-data (position known, not paused, not already being fetched, less than
+data (position known, not paused or held, not already being fetched, less than
 ``max_partition_fetch_bytes`` buffered), as a long poll (``max_wait``,
 ``min_bytes``). Responses are kept *raw* in each partition's
 :class:`~mq.client.fetch_buffer.PartitionState` and decoded lazily, one batch
 at a time, as the application takes records (:meth:`Fetcher.take`).
 
 A response to a request made before a seek is dropped (the partition's
-``epoch`` moved). A partition whose position is unknown waits for a lookup:
+``epoch`` moved). A *held* partition is neither fetched nor handed out, as a
+paused one, but by the group rather than the application: while a rebalance
+listener commits a partition being revoked, or looks at one just assigned.
+A partition whose position is unknown waits for a lookup:
 the group's committed offset, else the reset policy (``earliest``/``latest``
 via list_offsets); OFFSET_OUT_OF_RANGE triggers the reset policy, or an error
 for the application when the policy is ``none``.
@@ -69,6 +72,8 @@ class Fetcher:
         self._timeout_s = request_timeout_s + fetch_max_wait_s
         self._backoff_s = retry_backoff_s
         self.states: dict[TopicPartition, PartitionState] = {}
+        self.held: set[TopicPartition] = set()
+        """Assigned partitions neither fetched nor handed out for now (see the module docstring)."""
         self._fetches: dict[int, int] = {}
         self._wake = asyncio.Event()
         self._data = asyncio.Event()
@@ -97,6 +102,21 @@ class Fetcher:
     def remove(self, tps: Iterable[TopicPartition]) -> None:
         for tp in tps:
             self.states.pop(tp, None)
+            self.held.discard(tp)
+
+    def hold(self, tps: Iterable[TopicPartition]) -> None:
+        """Stop fetching and handing out these partitions until :meth:`release` or removal."""
+        self.held.update(tp for tp in tps if tp in self.states)
+
+    def release(self, tps: Iterable[TopicPartition]) -> None:
+        self.held.difference_update(tps)
+        self.wake()
+        self.data_ready()
+
+    def data_ready(self) -> None:
+        """Wake ``wait_for_data`` if records became available without a fetch (resume, release)."""
+        if self.has_data():
+            self._data.set()
 
     def seek(self, tp: TopicPartition, offset: int | None, reset: str | None = None) -> None:
         self.states[tp].seek(offset, reset)
@@ -180,6 +200,7 @@ class Fetcher:
             if (
                 state.fetching
                 or state.paused
+                or tp in self.held
                 or state.position is None
                 or state.error is not None
                 or state.buffered >= self._partition_max
@@ -276,7 +297,15 @@ class Fetcher:
     # -- handing out records ------------------------------------------------------------------
 
     def has_data(self) -> bool:
-        return any(s.chunks or s.error is not None for s in self.states.values())
+        """Whether :meth:`take` has something to hand out: records or an error.
+
+        Records of paused or held partitions do not count: ``wait_for_data``
+        would return at once, and a ``getmany`` loop spin without yielding.
+        """
+        return any(
+            state.error is not None or (state.chunks and not state.paused and tp not in self.held)
+            for tp, state in self.states.items()
+        )
 
     async def wait_for_data(self, timeout_s: float) -> None:
         self._data.clear()
@@ -307,7 +336,7 @@ class Fetcher:
                     state.error = error  # hand out what we have; raise on the next call
                     break
                 raise error
-            if not state.chunks or state.paused:
+            if not state.chunks or state.paused or tp in self.held:
                 continue
             records = state.take(tp, budget)
             if records:
@@ -336,7 +365,7 @@ class Fetcher:
             if state.error is not None:
                 error, state.error = state.error, None
                 raise error
-            if state.chunks and not state.paused:
+            if state.chunks and not state.paused and tp not in self.held:
                 records = state.take(tp, 1)
                 if state.buffered < self._partition_max and not state.fetching:
                     self._wake.set()  # room for the next fetch of this partition

@@ -4,18 +4,25 @@ The coordinator computes the assignment (see :mod:`mq.wire.apis_groups`); a
 member only says what it subscribes to and what it owns, and does what each
 heartbeat response says:
 
-* ``revoke``: stop fetching those partitions, commit their positions (with
+* ``revoke``: stop fetching those partitions and handing out their records,
+  call the listener's ``on_partitions_revoked``, commit their positions (with
   auto-commit), then leave them out of ``owned`` in the next heartbeat — sent
   at once, so that their new owner gets them quickly;
-* ``assignment``: start the new partitions from their committed offsets (or
-  the reset policy). Partitions kept across a rebalance are never paused.
+* ``assignment``: call the listener's ``on_partitions_assigned`` for the new
+  partitions, then start them from their committed offsets (or the reset
+  policy). Partitions kept across a rebalance are never paused.
+
+The listener is a :class:`~mq.client.listener.ConsumerRebalanceListener`; a
+member that stops calls its ``on_partitions_revoked`` with every partition it
+still owns before the last commit, so that commit-on-revoke covers stops too.
 
 Static membership: with a ``group_instance_id`` the member does not leave on
 stop, so a restart within the session timeout gets its partitions back
 without a rebalance (as Kafka's static members). Losing membership
 (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, an expired session) drops the
-partitions without committing and rejoins; retriable errors (coordinator
-moved or unavailable, network) find the coordinator again after a backoff;
+partitions without committing (``on_partitions_lost``) and rejoins;
+retriable errors (coordinator moved or unavailable, network) find the
+coordinator again after a backoff;
 any other error (FENCED_INSTANCE_ID, INVALID_SESSION_TIMEOUT, …) is fatal and
 raised to the application by the consumer's next call.
 
@@ -28,14 +35,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from mq.client.client import Client
 from mq.client.fetcher import Fetcher
+from mq.client.listener import ConsumerRebalanceListener, run_callback
 from mq.client.offsets import by_topic
-from mq.client.types import ClientStateError, TopicPartition
+from mq.client.types import TopicPartition
 from mq.errors import (
+    ClientStateError,
     FencedInstanceIdError,
     IllegalGenerationError,
     MQError,
@@ -54,9 +63,6 @@ from mq.wire.apis_groups import (
 )
 
 log = logging.getLogger(__name__)
-
-Listener = Callable[[set[TopicPartition]], Awaitable[None] | None]
-"""Called with the partitions revoked (before they are committed and given up) or assigned."""
 
 
 class GroupMember:
@@ -90,8 +96,7 @@ class GroupMember:
         self.generation = -1
         self.subscription: set[str] = set()
         self.owned: set[TopicPartition] = set()
-        self.on_revoked: Listener | None = None
-        self.on_assigned: Listener | None = None
+        self.listener: ConsumerRebalanceListener | None = None
         self.fatal: MQError | None = None
         self._coordinator: tuple[str, int] | None = None
         """The coordinator's address (it may be a broker this client has no metadata of)."""
@@ -114,13 +119,16 @@ class GroupMember:
                 self._task = asyncio.get_running_loop().create_task(self._run(), name="mq-group")
 
     async def stop(self) -> None:
-        """Commit (with auto-commit), then leave the group unless this is a static member."""
+        """Revoke (the listener), commit (with auto-commit), then leave unless static."""
         for task in (self._task, self._committer):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         if self.fatal is None:
+            self._fetcher.hold(self.owned)  # what was handed out is what gets committed
+            if self.listener is not None:
+                await run_callback(self.listener.on_partitions_revoked, self.owned, self.group_id)
             with contextlib.suppress(MQError):
                 if self._auto_commit_s is not None:
                     await self.commit(None)
@@ -237,7 +245,9 @@ class GroupMember:
         self.joined.set()
 
     async def _revoke(self, tps: set[TopicPartition]) -> None:
-        await _call_listener(self.on_revoked, tps)
+        if self.listener is not None:
+            self._fetcher.hold(tps)  # the positions stay put while the listener commits them
+            await run_callback(self.listener.on_partitions_revoked, tps, self.group_id)
         positions = {tp: s.position for tp in tps if (s := self._fetcher.states.get(tp))}
         self._fetcher.remove(tps)
         if self._auto_commit_s is not None:
@@ -251,14 +261,19 @@ class GroupMember:
         for tp in sorted(tps):
             self._fetcher.add(tp, None, reset="committed")
         self.owned |= tps
-        await _call_listener(self.on_assigned, tps)
+        if self.listener is not None:
+            self._fetcher.hold(tps)  # nothing fetched before the listener had its say (seeks)
+            try:
+                await run_callback(self.listener.on_partitions_assigned, tps, self.group_id)
+            finally:
+                self._fetcher.release(tps)
         log.info("group %s: assigned %s", self.group_id, sorted(tps))
 
     async def _lose_all(self) -> None:
         lost, self.owned = set(self.owned), set()
         self._fetcher.remove(lost)
-        if lost:
-            await _call_listener(self.on_revoked, lost)
+        if lost and self.listener is not None:
+            await run_callback(self.listener.on_partitions_lost, lost, self.group_id)
 
     # -- offsets --------------------------------------------------------------------------------
 
@@ -334,14 +349,6 @@ def _coordinator_gone(error: MQError) -> bool:
 
 def _tps(assignment: Mapping[str, list[int]]) -> set[TopicPartition]:
     return {TopicPartition(topic, p) for topic, parts in assignment.items() for p in parts}
-
-
-async def _call_listener(listener: Listener | None, tps: set[TopicPartition]) -> None:
-    if listener is None or not tps:
-        return
-    result = listener(set(tps))
-    if result is not None:
-        await result
 
 
 def require_group(member: GroupMember | None) -> GroupMember:

@@ -31,8 +31,9 @@ from mq.client.futures import RecordFuture
 from mq.client.partitioner import DefaultPartitioner, Partitioner, StickyPartitions
 from mq.client.producer_batch import ProducerBatch
 from mq.client.sender import Sender
-from mq.client.types import ClientStateError, RecordMetadata
+from mq.client.types import RecordMetadata
 from mq.errors import (
+    ClientStateError,
     RecordTooLargeError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,

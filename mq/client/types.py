@@ -1,16 +1,16 @@
-"""The client's public value types, and the few errors that only a client raises.
+"""The client's public value types.
 
-The types are NamedTuples shaped like aiokafka's, so code written for it reads
-the same here. The errors are *local*: they never travel on the wire, so they
-carry no code of their own and subclass the :mod:`mq.errors` class whose
-meaning they refine (as :class:`~mq.errors.ProtocolError` does).
+They are NamedTuples shaped like aiokafka's, so code written for it reads the
+same here. The errors only a client raises, :class:`~mq.errors.ClientStateError`
+and :class:`~mq.errors.BrokerUnavailableError`, live in :mod:`mq.errors` with
+the others; they are still importable from here, where they used to be.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from mq.errors import MQError, NetworkError
+from mq.errors import BrokerUnavailableError, ClientStateError
 
 
 class TopicPartition(NamedTuple):
@@ -51,22 +51,6 @@ class OffsetAndTimestamp(NamedTuple):
 
     offset: int
     timestamp: int
-
-
-class ClientStateError(MQError):
-    """Local: the producer, consumer or admin is not started, or already stopped."""
-
-    default_message = "the client is not running"
-
-
-class BrokerUnavailableError(NetworkError):
-    """Local, retriable: the broker's circuit breaker is open after repeated failures.
-
-    Requests to that broker fail at once, without a connection attempt, until
-    the breaker's cooldown has passed.
-    """
-
-    default_message = "the broker is unavailable (circuit breaker open)"
 
 
 __all__ = [

@@ -157,11 +157,17 @@ class GroupAssignment:
         self._retarget()
 
     def set_partitions(self, partitions: Mapping[str, int]) -> None:
-        """Set every topic's partition count (topics absent have none)."""
+        """Set every topic's partition count (topics absent have none).
+
+        The target is recomputed only if a count changed: every assignor,
+        given its own output as ``previous``, returns it unchanged, so a
+        recomputation with the same inputs would only cost time.
+        """
         if any(count < 0 for count in partitions.values()):
             raise ValueError(f"negative partition count in {dict(partitions)}")
-        self._partitions = dict(partitions)
-        self._retarget()
+        if partitions != self._partitions:
+            self._partitions = dict(partitions)
+            self._retarget()
 
     def heartbeat(self, member_id: str, owned: Iterable[TopicPartition]) -> MemberView:
         """Record what the member owns and tell it what to own and what to give up."""

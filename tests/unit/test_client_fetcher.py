@@ -167,3 +167,25 @@ def test_records_are_shared_fairly_across_partitions() -> None:
     assert set(got) == {TP, other}
     one = fetcher.take_one()
     assert one is not None
+
+
+def test_paused_and_held_partitions_hand_out_nothing_and_wake_no_one() -> None:
+    """Their buffered records must not count as data: a ``getmany`` waiting for
+    data would return at once, and its caller's loop spin without yielding."""
+    fetcher = fetcher_at(0)
+    feed(fetcher, batch(0, 3))
+    for pause, hold in ((True, False), (False, True)):
+        fetcher.states[TP].paused = pause
+        if hold:
+            fetcher.hold([TP])
+        assert not fetcher.has_data()
+        assert fetcher.take(None, 10) == {}
+        assert fetcher.take_one() is None
+    fetcher._data.clear()
+    fetcher.release([TP])
+    assert fetcher.held == set()
+    assert fetcher._data.is_set()  # a waiting getmany wakes up
+    assert values(fetcher) == [0, 1, 2]
+    fetcher.hold([TP])
+    fetcher.remove([TP])
+    assert fetcher.held == set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from group_strategies import (
     ALL,
     FAST,
@@ -12,6 +13,7 @@ from group_strategies import (
     assignable,
     check_complete,
     disjoint_previous,
+    fewest_moves,
     groups,
     member_ids,
     previous_of,
@@ -24,6 +26,7 @@ from hypothesis import strategies as st
 
 from mq.groups.assignors import (
     ASSIGNORS,
+    Assignment,
     Assignor,
     Subscription,
     from_wire,
@@ -160,11 +163,8 @@ def test_sticky_is_balanced_and_moves_the_fewest_partitions(
         m: [tp for tp in tps if was_valid(tp, members[m], counts)] for m, tps in previous.items()
     }
     moved = sum(1 for m, tps in kept.items() for tp in tps if tp not in result[m])
-    # The best a balanced result can do: the r members that kept most may keep q + 1.
-    q, r = divmod(len(assignable(members, counts)), len(members))
-    most_first = sorted((len(tps) for tps in kept.values()), reverse=True)
-    can_keep = sum(min(c, q + 1 if i < r else q) for i, c in enumerate(most_first))
-    assert moved == sum(most_first) - can_keep
+    kept_counts = [len(tps) for tps in kept.values()]
+    assert moved == fewest_moves(kept_counts, len(assignable(members, counts)), len(members))
 
 
 @FAST
@@ -223,6 +223,92 @@ def test_sticky_balances_around_members_with_fewer_choices() -> None:
     assert sticky_assignor(members, {"t": 2, "u": 4}, {}) == expected
     everything_to_m2 = {"m2": [TP("t", 0), TP("t", 1), TP("u", 0), TP("u", 1)]}
     assert sticky_assignor(members, {"t": 2, "u": 4}, everything_to_m2) == expected
+
+
+# -- big groups ---------------------------------------------------------------------------------
+# The coordinator runs the assignors in its event loop, so they are written to
+# stay cheap for a thousand members and ten thousand partitions (see
+# sticky_assignor's docstring). These tests hold them to their rules at that
+# size; they time nothing.
+
+BIG = pytest.mark.parametrize(
+    ("member_count", "partition_count"),
+    [(500, 5_000), (1_000, 10_000)],
+    ids=["500x5000", "1000x10000"],
+)
+
+
+def big_group(member_count: int, partition_count: int) -> tuple[Members, Counts]:
+    """Members that all subscribe to 7 topics of uneven sizes; every tenth is static."""
+    topics = 7
+    counts = {
+        f"topic-{t}": partition_count // topics + (t < partition_count % topics)
+        for t in range(topics)
+    }
+    shared = frozenset(counts)
+    members = {
+        f"member-{i:05d}": Subscription(shared, f"host-{i:05d}" if i % 10 == 0 else None)
+        for i in range(member_count)
+    }
+    return members, counts
+
+
+def per_topic_sizes(result: Assignment, topic: str) -> list[int]:
+    return [sum(1 for tp in tps if tp.topic == topic) for tps in result.values()]
+
+
+@ALL
+@BIG
+def test_every_assignor_is_complete_and_balanced_in_a_big_group(
+    assignor: Assignor, member_count: int, partition_count: int
+) -> None:
+    """Range balances each topic (its nature), roundrobin and sticky the whole group."""
+    members, counts = big_group(member_count, partition_count)
+    result = assignor(members, counts, {})
+    check_complete(members, counts, result)
+    if assignor is range_assignor:
+        for topic in counts:
+            assert max(per_topic_sizes(result, topic)) - min(per_topic_sizes(result, topic)) <= 1
+    else:
+        assert max(sizes(result)) - min(sizes(result)) <= 1
+
+
+@BIG
+def test_sticky_stays_balanced_and_sticky_in_a_big_group(
+    member_count: int, partition_count: int
+) -> None:
+    members, counts = big_group(member_count, partition_count)
+    shared = next(iter(members.values())).topics
+    before = sticky_assignor(members, counts, {})
+    assert max(sizes(before)) - min(sizes(before)) <= 1
+    assert sticky_assignor(members, counts, before) == before  # a recomputation moves nothing
+
+    # One joins: it takes only its share, from members that had more than the new share.
+    joined = {**members, "member-new": Subscription(shared)}
+    after_join = sticky_assignor(joined, counts, before)
+    check_complete(joined, counts, after_join)
+    assert max(sizes(after_join)) - min(sizes(after_join)) <= 1
+    assert all(after_join[m] <= before[m] for m in members)
+    assert len(after_join["member-new"]) == partition_count // len(joined)
+
+    # One leaves (a static one): only its partitions move.
+    leaver = "member-00500" if member_count > 500 else "member-00250"
+    assert members[leaver].group_instance_id is not None
+    remaining = {m: s for m, s in joined.items() if m != leaver}
+    after_leave = sticky_assignor(remaining, counts, after_join)
+    check_complete(remaining, counts, after_leave)
+    assert max(sizes(after_leave)) - min(sizes(after_leave)) <= 1
+    assert all(after_leave[m] >= after_join[m] for m in remaining)
+
+    # A skewed previous (a tenth of the members are new, the rest hold everything):
+    # balanced, with the fewest partitions taken from their owners.
+    old = {m: s for i, (m, s) in enumerate(members.items()) if i % 10 != 9}
+    skewed = roundrobin_assignor(old, counts, {})
+    result = sticky_assignor(members, counts, skewed)
+    check_complete(members, counts, result)
+    assert max(sizes(result)) - min(sizes(result)) <= 1
+    moved = sum(len(tps - result[m]) for m, tps in skewed.items())
+    assert moved == fewest_moves(sizes(skewed), partition_count, member_count)
 
 
 # -- wire shapes --------------------------------------------------------------------------------
