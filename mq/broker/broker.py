@@ -54,6 +54,8 @@ class Broker:
         self.advertised: tuple[str, int] = (config.host, config.port)
         self.producer_ids = ProducerIdAllocator(config.data_dir)
         self.coordinator: GroupCoordinator | None = None
+        self._deleting: set[str] = set()
+        """Topics whose partitions are closing and files going: not to be created again yet."""
         self.served_apis: frozenset[int] = frozenset()
         """API keys the server has handlers for (what api_versions advertises)."""
         """Set by the server once the offsets topic is loaded."""
@@ -144,6 +146,8 @@ class Broker:
         validate_topic_name(name)
         if name in self.catalog:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        if name in self._deleting:
+            raise TopicAlreadyExistsError(f"topic {name!r} is still being deleted")
         count = self.config.default_partitions if partitions == -1 else partitions
         if count < 1:
             raise InvalidPartitionsError(f"a topic needs at least one partition, got {count}")
@@ -166,7 +170,7 @@ class Broker:
         info = self.catalog.get(name)
         if info is not None:
             return info
-        if not self.config.auto_create_topics:
+        if not self.config.auto_create_topics or name in self._deleting:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         return self.create_topic(name, -1)
 
@@ -176,16 +180,20 @@ class Broker:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         del self.catalog.topics[name]
         self.catalog.save()
-        for index in range(info.partitions):
-            partition = self.partitions.pop((name, index), None)
-            if partition is not None:
-                self.cleaner.forget(partition)
-                await partition.close()
-            directory = self.config.data_dir / f"{name}-{index}"
-            if directory.exists():
-                doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex[:8]}.deleted")
-                directory.rename(doomed)
-                shutil.rmtree(doomed, ignore_errors=True)
+        self._deleting.add(name)  # until its files are gone: a new topic must not open them
+        try:
+            for index in range(info.partitions):
+                partition = self.partitions.pop((name, index), None)
+                if partition is not None:
+                    self.cleaner.forget(partition)
+                    await partition.close()
+                directory = self.config.data_dir / f"{name}-{index}"
+                if directory.exists():
+                    doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex[:8]}.deleted")
+                    directory.rename(doomed)
+                    shutil.rmtree(doomed, ignore_errors=True)
+        finally:
+            self._deleting.discard(name)
         log.info("deleted topic %s", name)
 
     async def alter_topic_configs(

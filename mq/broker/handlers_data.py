@@ -14,7 +14,8 @@ import time
 
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext, set_error
-from mq.errors import MQError, RequestTimedOutError
+from mq.broker.partition import Partition
+from mq.errors import InvalidTopicError, MQError, RequestTimedOutError
 from mq.storage.log import AppendInfo
 from mq.wire.apis_data import (
     EARLIEST_TIMESTAMP,
@@ -35,7 +36,7 @@ from mq.wire.apis_data import (
 
 async def produce(broker: Broker, ctx: RequestContext, body: ProduceRequest) -> ProduceResponse:
     """Append each partition's batches; answer when the acks level is met (or time runs out)."""
-    pending: list[tuple[str, ProducedPartition, asyncio.Future[AppendInfo]]] = []
+    pending: list[tuple[str, ProducedPartition, Partition, asyncio.Future[AppendInfo]]] = []
     topics: ProduceResponse = {"topics": []}
     for topic in body["topics"]:
         results: list[ProducedPartition] = []
@@ -51,17 +52,20 @@ async def produce(broker: Broker, ctx: RequestContext, body: ProduceRequest) -> 
             }
             results.append(result)
             try:
-                broker.ensure_topic(topic["name"])
+                if broker.ensure_topic(topic["name"]).internal:  # as Kafka: the broker's alone
+                    raise InvalidTopicError(f"cannot append to internal topic {topic['name']}")
                 partition = broker.partition(topic["name"], part["partition"])
-                pending.append((topic["name"], result, partition.append(part["records"])))
+                future = partition.append(part["records"])
+                future.add_done_callback(_seen)  # the answer may go before the append is done
+                pending.append((topic["name"], result, partition, future))
             except MQError as exc:
                 set_error(result, exc)
     if not pending:
         return topics
-    futures = [f for _, _, f in pending]
+    futures = [f for *_, f in pending]
     timeout = body["timeout_ms"] / 1000 if body["acks"] != 0 else None
     done, _ = await asyncio.wait(futures, timeout=timeout)
-    for name, result, future in pending:
+    for name, result, partition, future in pending:
         if future not in done:
             set_error(result, RequestTimedOutError(f"{name}: no ack within timeout_ms"))
             continue
@@ -73,10 +77,19 @@ async def produce(broker: Broker, ctx: RequestContext, body: ProduceRequest) -> 
         else:
             info = future.result()
             result["base_offset"] = info.first_offset
-            result["log_start_offset"] = broker.partition(
-                name, result["partition"]
-            ).log.log_start_offset
+            # the partition appended to, even if its topic was deleted since
+            result["log_start_offset"] = partition.log.log_start_offset
     return topics
+
+
+def _seen(future: asyncio.Future[AppendInfo]) -> None:
+    """Mark an append's error as retrieved.
+
+    A produce that timed out, or was cancelled with its connection, no longer
+    reports it, and asyncio would log it as lost ("exception was never retrieved").
+    """
+    if not future.cancelled():
+        future.exception()
 
 
 def _fetch_once(

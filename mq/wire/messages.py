@@ -30,6 +30,7 @@ from typing import Any, Generic, NamedTuple, TypedDict, TypeVar, cast
 import msgpack
 
 from mq.errors import (
+    FrameTooLargeError,
     InvalidRequestError,
     MQError,
     ProtocolError,
@@ -39,6 +40,7 @@ from mq.errors import (
 from mq.wire import apis as _apis  # noqa: F401  (registers every API)
 from mq.wire.frames import encode_frame
 from mq.wire.limits import (
+    FRAME_HEADER_BYTES,
     I16_MAX,
     I16_MIN,
     I32_MAX,
@@ -145,8 +147,41 @@ def encode_response(
     body: object,
     max_frame_bytes: int = MAX_FRAME_BYTES,
 ) -> bytes:
-    """A whole response frame (``body`` is the API's response body when error_code is 0)."""
-    return encode_frame([correlation_id, error_code, body], max_frame_bytes)
+    """A whole response frame (``body`` is the API's response body when error_code is 0).
+
+    Raises FrameTooLargeError for a payload above ``max_frame_bytes`` or with
+    more than MAX_DECODED_ITEMS array items and map entries: the receiver
+    would refuse either. A valid request can ask for such an answer (one topic
+    named 20,000 times); the server answers it with this error instead.
+    """
+    frame = encode_frame([correlation_id, error_code, body], max_frame_bytes)
+    # every item takes at least a byte, so only a longer payload can have too many
+    too_long = len(frame) - FRAME_HEADER_BYTES > MAX_DECODED_ITEMS
+    if too_long and _items([correlation_id, error_code, body]) > MAX_DECODED_ITEMS:
+        raise FrameTooLargeError(
+            f"the response has more than {MAX_DECODED_ITEMS} array items and map entries, "
+            "more than a receiver decodes: ask for fewer topics, partitions or groups"
+        )
+    return frame
+
+
+def _items(value: object) -> int:
+    """Array items plus map entries in ``value``, as :func:`_unpack` counts them.
+
+    One pass over the containers (none over the scalars) that stops a little
+    past MAX_DECODED_ITEMS.
+    """
+    total = 0
+    containers = [value]
+    while containers and total <= MAX_DECODED_ITEMS:
+        children = containers.pop()
+        if isinstance(children, dict):
+            children = children.values()
+        elif not isinstance(children, list | tuple):
+            continue
+        total += len(children)
+        containers += [c for c in children if isinstance(c, list | tuple | dict)]
+    return total
 
 
 def encode_error_response(correlation_id: int, error: MQError) -> bytes:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from broker_process import BrokerProcess
 
+from mq.errors import InvalidRequestError
 from mq.storage.records import build_batch, decode_records
 from mq.wire import apis_core, apis_data, apis_groups
 from mq.wire.frames import FrameDecoder
@@ -382,3 +383,113 @@ def test_fetch_max_bytes_caps_the_whole_response_after_the_first_partition(raw: 
     assert sizes[0] > 1000  # the first partition with data gets its whole batch anyway
     assert sizes[1:] == [0, 0]  # the others wait for the next fetch
     assert [p["high_watermark"] for p in parts] == [1, 1, 1]  # known even when skipped
+
+
+def test_a_topic_recreated_while_it_is_being_deleted_does_not_share_its_files(
+    own_broker: BrokerProcess,
+) -> None:
+    # found by tests/fuzz/test_broker_fuzz.py: a produce that auto-created the
+    # topic while delete_topics was closing it opened the doomed files a second
+    # time; the old log's close then cut them short under the new one's map (SIGBUS)
+    with Raw(own_broker.bootstrap) as raw:
+        create(raw, "churn")
+        raw.call(apis_data.PRODUCE, produce_body("churn", 0, batch([b"old"])))
+        deleting, producing = raw.cid + 1, raw.cid + 2
+        raw.apis.update({deleting: apis_core.DELETE_TOPICS, producing: apis_data.PRODUCE})
+        raw.cid += 2
+        delete = {"topics": ["churn"], "timeout_ms": 1000}
+        produce = produce_body("churn", 0, batch([b"new"]))
+        # in one segment, so the broker dispatches the produce while the delete is under way
+        raw.sock.sendall(
+            encode_request(apis_core.DELETE_TOPICS, 0, deleting, "raw-test", delete)
+            + encode_request(apis_data.PRODUCE, 0, producing, "raw-test", produce)
+        )
+        answers = dict(raw.receive() for _ in range(2))
+        assert answers[deleting]["topics"][0]["error"] == 0
+        produced = answers[producing]["topics"][0]["partitions"][0]
+        if produced["error"] == 0:  # created again after the deletion, or refused during it
+            assert produced["base_offset"] == 0, produced
+        for i in range(20):
+            raw.call(apis_data.PRODUCE, produce_body("churn", 0, batch([b"%d" % i] * 100)))
+        values = read_all(raw, "churn", 0)
+        assert values[-1] == b"19"
+        assert b"old" not in values
+    assert own_broker.proc is not None
+    assert own_broker.proc.poll() is None, own_broker.output[-20:]
+
+
+def test_a_member_id_fits_its_field_whatever_the_client_id(raw: Raw) -> None:
+    # found by tests/fuzz/test_broker_fuzz.py: the member id is the client id and a
+    # suffix, and a 255-character client id made it too long for the response schema
+    join = {
+        "group_id": "long-client",
+        "member_id": "",
+        "session_timeout_ms": 10_000,
+        "rebalance_timeout_ms": 5_000,
+        "topics": ["long-client"],
+        "assignor": "range",
+    }
+    raw.cid += 1
+    raw.sock.sendall(encode_request(apis_groups.JOIN_GROUP, 0, raw.cid, "c" * 255, join))
+    raw.apis[raw.cid] = apis_groups.JOIN_GROUP
+    _, joined = raw.receive()  # decode_response checks the body against the schema
+    assert joined["member_id"].startswith("ccc")
+    described = raw.call(apis_groups.DESCRIBE_GROUPS, {"groups": ["long-client"]})
+    assert described["groups"][0]["members"][0]["member_id"] == joined["member_id"]
+
+
+def test_a_request_whose_answer_no_client_could_decode_gets_an_error(raw: Raw) -> None:
+    # found by tests/fuzz/test_broker_fuzz.py: one topic named 20,000 times in a
+    # valid describe_configs request made an answer of more than a million items
+    create(raw, "echoed")
+    body = {"topics": [{"name": "echoed"}] * 20_000}
+    with pytest.raises(InvalidRequestError, match="array items and map entries") as refused:
+        raw.call(apis_core.DESCRIBE_CONFIGS, body)
+    assert type(refused.value) is InvalidRequestError  # the broker's answer, not a local refusal
+    assert raw.call(apis_core.DESCRIBE_CONFIGS, {"topics": [{"name": "echoed"}]})["topics"]
+
+
+def test_a_topic_deleted_under_a_produce_does_not_fail_the_other_topics(raw: Raw) -> None:
+    # found by tests/fuzz/test_broker_fuzz.py: the produce looked its partitions up
+    # again after the appends, and one deleted meanwhile failed the whole request,
+    # so a client was told its append to the other topic failed although it was stored
+    create(raw, "stays")
+    create(raw, "goes")
+    produce = {
+        "acks": -1,
+        "timeout_ms": 5000,
+        "topics": [
+            {"name": "stays", "partitions": [{"partition": 0, "records": batch([b"kept"])}]},
+            {"name": "goes", "partitions": [{"partition": 0, "records": batch([b"lost"])}]},
+        ],
+    }
+    producing, deleting = raw.cid + 1, raw.cid + 2
+    raw.apis.update({producing: apis_data.PRODUCE, deleting: apis_core.DELETE_TOPICS})
+    raw.cid += 2
+    # in one segment, so the topic is deleted while the produce waits for its appends
+    raw.sock.sendall(
+        encode_request(apis_data.PRODUCE, 0, producing, "raw-test", produce)
+        + encode_request(
+            apis_core.DELETE_TOPICS, 0, deleting, "raw-test", {"topics": ["goes"], "timeout_ms": 1}
+        )
+    )
+    answers = dict(raw.receive() for _ in range(2))
+    stays = answers[producing]["topics"][0]["partitions"][0]
+    assert (stays["error"], stays["base_offset"]) == (0, 0), stays
+    assert read_all(raw, "stays", 0) == [b"kept"]
+
+
+def test_clients_cannot_write_to_the_offsets_topic(own_broker: BrokerProcess) -> None:
+    # found by tests/fuzz/test_broker_fuzz.py: any record produced to
+    # __consumer_offsets was stored, and the broker could not start again
+    # ("bad record in __consumer_offsets"); Kafka refuses appends to internal topics
+    junk = build_batch([(b"not a commit key", b"junk", [], int(time.time() * 1000))])
+    with Raw(own_broker.bootstrap) as raw:
+        for partition in range(3):
+            result = raw.call(
+                apis_data.PRODUCE, produce_body("__consumer_offsets", partition, junk)
+            )["topics"][0]["partitions"][0]
+            assert result["error"] == 17, result  # INVALID_TOPIC_EXCEPTION
+    own_broker.restart()
+    with Raw(own_broker.bootstrap) as raw:
+        assert raw.call(apis_groups.OFFSET_FETCH, {"group_id": "nobody"})["topics"] == []

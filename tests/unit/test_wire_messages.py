@@ -291,6 +291,16 @@ def test_too_many_decoded_items_is_a_protocol_error() -> None:
         unpack_request(flood)
 
 
+def test_a_response_with_more_items_than_a_receiver_decodes_is_not_encoded() -> None:
+    # found by tests/fuzz/test_broker_fuzz.py: describe_configs naming one topic
+    # 20,000 times got an answer of 1.2 million items, which no client decodes
+    side = int(MAX_DECODED_ITEMS**0.5) + 1
+    with pytest.raises(ProtocolError, match="array items and map entries"):
+        encode_response(1, 0, {"x": [[None] * side] * side})
+    fits = {"x": [[None] * (side - 2)] * (side - 2)}
+    assert unpack_response(encode_response(1, 0, fits)[4:]).body == fits
+
+
 def test_a_huge_array_header_is_refused_before_reading_items() -> None:
     payload = b"\x95\x00\x00\x01\xc0" + b"\xdd\xff\xff\xff\xff"  # body: array32 of 2**32-1
     with pytest.raises(ProtocolError, match="malformed request"):
