@@ -43,6 +43,7 @@ from mq.errors import (
     InvalidRecordError,
     InvalidTimestampError,
     RecordTooLargeError,
+    UnsupportedCompressionError,
 )
 
 MAGIC = 2
@@ -64,6 +65,8 @@ CODEC_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
+MAX_CODEC = 4
+"""zstd; 5 to 7 name no codec."""
 DELETE_HORIZON_BIT = 0x40
 """Set by the log cleaner: baseTimestamp holds the time after which the batch's
 tombstones may go (Kafka's KIP-534); record timestamps stay base + delta."""
@@ -177,9 +180,12 @@ def validate_produced(
 
     On top of :func:`check_batch`: at least one record, ``lastOffsetDelta + 1 ==
     recordsCount`` (a producer numbers its records densely from 0), no control
-    batches from clients, a size limit, and sane timestamps (``-1`` or at least
-    0, ``maxTimestamp >= baseTimestamp``, within ``max_timestamp_skew_ms`` of
-    ``now_ms`` when both are given). Per-batch work only; records stay undecoded.
+    batches or cleaner flags from clients, a known codec, a size limit, and
+    sane timestamps (``-1`` or at least 0, ``maxTimestamp >= baseTimestamp``,
+    within ``max_timestamp_skew_ms`` of ``now_ms`` when both are given).
+    Per-batch work only; records stay undecoded, so a batch whose CRC holds
+    over unparseable records is stored (Kafka decompresses to check them) and
+    fails at the consumer.
     """
     headers = []
     pos = 0
@@ -201,6 +207,10 @@ def validate_produced(
             )
         if header.is_control:
             raise InvalidRecordError("clients may not produce control batches")
+        if header.codec > MAX_CODEC:
+            raise UnsupportedCompressionError(f"batch attributes name codec {header.codec}")
+        if header.attributes & DELETE_HORIZON_BIT:
+            raise InvalidRecordError("the delete-horizon flag is the log cleaner's, not a client's")
         _check_timestamps(header, now_ms, max_timestamp_skew_ms)
         headers.append(header)
         pos += header.size

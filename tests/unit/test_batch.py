@@ -18,6 +18,7 @@ from mq.errors import (
     InvalidRecordError,
     InvalidTimestampError,
     RecordTooLargeError,
+    UnsupportedCompressionError,
 )
 from mq.storage import batch
 from mq.storage.records import build_batch, decode_records
@@ -175,6 +176,21 @@ def test_validate_produced_rejects_control_batches() -> None:
     assert batch.parse_header(buf).is_control
     with pytest.raises(InvalidRecordError, match="control"):
         batch.validate_produced(buf, max_batch_bytes=10_000)
+
+
+@pytest.mark.parametrize("codec", [5, 6, 7])
+def test_validate_produced_rejects_unknown_codecs(codec: int) -> None:
+    good = make_batch()
+    buf = rewrite(good, attributes=batch.parse_header(good).attributes | codec)
+    with pytest.raises(UnsupportedCompressionError, match=f"codec {codec}"):
+        batch.validate_produced(buf, max_batch_bytes=10_000)
+
+
+def test_validate_produced_rejects_the_cleaners_delete_horizon_flag() -> None:
+    good = make_batch()
+    flagged = batch.parse_header(good).attributes | batch.DELETE_HORIZON_BIT
+    with pytest.raises(InvalidRecordError, match="delete-horizon"):
+        batch.validate_produced(rewrite(good, attributes=flagged), max_batch_bytes=10_000)
 
 
 def test_validate_produced_enforces_the_size_limit_per_batch() -> None:
