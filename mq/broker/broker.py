@@ -26,6 +26,7 @@ from mq.broker.producer_ids import ProducerIdAllocator
 from mq.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
+    InvalidTopicError,
     MQError,
     StorageError,
     TopicAlreadyExistsError,
@@ -178,6 +179,8 @@ class Broker:
         info = self.catalog.get(name)
         if info is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        if info.internal:
+            raise InvalidTopicError(f"internal topic {name} cannot be deleted")
         del self.catalog.topics[name]
         self.catalog.save()
         self._deleting.add(name)  # until its files are gone: a new topic must not open them

@@ -12,7 +12,12 @@ from typing import Any
 from mq.broker.broker import CLUSTER_ID, Broker
 from mq.broker.catalog import TOPIC_CONFIG_KEYS, topic_log_config
 from mq.broker.context import RequestContext, set_error
-from mq.errors import MQError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from mq.errors import (
+    InvalidTopicError,
+    MQError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+)
 from mq.storage.log import Log
 from mq.wire.apis_core import (
     AlterConfigsRequest,
@@ -196,6 +201,11 @@ async def delete_records(
             result: dict[str, Any] = {"partition": part["partition"], "error": 0, "message": None}
             results.append(result)
             try:
+                info = broker.catalog.get(topic["name"])
+                if info is not None and info.internal:
+                    raise InvalidTopicError(
+                        f"records of internal topic {info.name} are the broker's"
+                    )
                 partition = broker.partition(topic["name"], part["partition"])
                 target = partition.high_watermark if part["offset"] == -1 else part["offset"]
                 if target > partition.high_watermark:

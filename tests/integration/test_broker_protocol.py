@@ -493,3 +493,17 @@ def test_clients_cannot_write_to_the_offsets_topic(own_broker: BrokerProcess) ->
     own_broker.restart()
     with Raw(own_broker.bootstrap) as raw:
         assert raw.call(apis_groups.OFFSET_FETCH, {"group_id": "nobody"})["topics"] == []
+
+
+def test_the_offsets_topic_cannot_be_deleted_or_cut(broker: BrokerProcess) -> None:
+    with Raw(broker.bootstrap) as raw:
+        deleted = raw.call(
+            apis_core.DELETE_TOPICS, {"topics": ["__consumer_offsets"], "timeout_ms": 1}
+        )["topics"][0]
+        assert deleted["error"] == 17, deleted  # INVALID_TOPIC_EXCEPTION
+        cut = {"partition": 0, "offset": -1}
+        body = {"topics": [{"name": "__consumer_offsets", "partitions": [cut]}], "timeout_ms": 1}
+        result = raw.call(apis_core.DELETE_RECORDS, body)["topics"][0]["partitions"][0]
+        assert result["error"] == 17, result
+        names = [t["name"] for t in raw.call(apis_core.METADATA, {"topics": None})["topics"]]
+        assert "__consumer_offsets" in names
