@@ -197,8 +197,9 @@ class EtcdStore(MetadataStore):
         except aetcd.exceptions.ClientError as exc:
             raise MetadataStoreError(f"etcd watch of {prefix!r} failed: {exc}") from exc
         finally:
-            with contextlib.suppress(aetcd.exceptions.ClientError):
-                await watch.cancel()
+            if self._client is client:  # a closed client has cancelled its watches
+                with contextlib.suppress(aetcd.exceptions.ClientError):
+                    await watch.cancel()
 
     # -- plumbing -------------------------------------------------------------------------
 

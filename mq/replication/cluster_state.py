@@ -1,0 +1,198 @@
+"""Topics and partition states in the metadata store, and the cache brokers keep of them.
+
+Keys (values msgpack):
+
+* ``/topics/<name>``: ``[topic_id, partitions, configs, internal]``;
+* ``/partitions/<name>/<index>``: ``[replicas, leader, leader_epoch, isr]``.
+
+Only the controller writes them, each write fenced by its epoch
+(:func:`~mq.replication.membership.fence`) and, for a partition, compared
+against the revision it read (compare-and-swap), so two controllers, or a
+controller and a stale copy of itself, can never both win.
+
+:class:`ClusterView` is what a broker answers metadata from: loaded with one
+read and kept current by a watch from that read's revision, so it misses
+nothing and needs no polling.
+
+Thread safety: one event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import msgpack
+
+from mq.errors import NotControllerError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from mq.replication.membership import Controller, current_controller, fence
+from mq.replication.placement import PartitionState
+from mq.replication.store import (
+    Compare,
+    Delete,
+    EventKind,
+    MetadataStore,
+    Operation,
+    Put,
+    WatchEvent,
+)
+
+TOPICS = "/topics/"
+PARTITIONS = "/partitions/"
+
+
+@dataclass(frozen=True)
+class TopicRecord:
+    name: str
+    topic_id: str
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+    internal: bool = False
+
+
+def topic_key(name: str) -> str:
+    return f"{TOPICS}{name}"
+
+
+def partition_key(topic: str, index: int) -> str:
+    return f"{PARTITIONS}{topic}/{index}"
+
+
+def _pack_topic(topic: TopicRecord) -> bytes:
+    return msgpack.packb([topic.topic_id, topic.partitions, topic.configs, topic.internal])
+
+
+def _unpack_topic(name: str, raw: bytes) -> TopicRecord:
+    topic_id, partitions, configs, internal = msgpack.unpackb(raw)
+    return TopicRecord(name, topic_id, partitions, configs, internal)
+
+
+def _pack_state(state: PartitionState) -> bytes:
+    return msgpack.packb([list(state.replicas), state.leader, state.leader_epoch, list(state.isr)])
+
+
+def _unpack_state(raw: bytes) -> PartitionState:
+    replicas, leader, epoch, isr = msgpack.unpackb(raw)
+    return PartitionState(tuple(replicas), leader, epoch, tuple(isr))
+
+
+async def _refused(store: MetadataStore, controller: Controller) -> None:
+    """Raise NotControllerError if ``controller`` was fenced off (the usual reason)."""
+    if await current_controller(store) != controller:
+        raise NotControllerError(f"node {controller.node_id} is no longer the controller")
+
+
+async def create_topic(
+    store: MetadataStore,
+    controller: Controller,
+    topic: TopicRecord,
+    states: list[PartitionState],
+) -> int:
+    """Write a new topic and its partitions at once; the revision."""
+    if len(states) != topic.partitions:
+        raise ValueError(f"{topic.partitions} partitions but {len(states)} states")
+    ops: list[Operation] = [Put(topic_key(topic.name), _pack_topic(topic))]
+    ops += [Put(partition_key(topic.name, i), _pack_state(s)) for i, s in enumerate(states)]
+    revision = await store.commit([fence(controller), Compare(topic_key(topic.name), 0)], ops)
+    if revision is None:
+        await _refused(store, controller)
+        raise TopicAlreadyExistsError(f"topic {topic.name!r} already exists")
+    return revision
+
+
+async def delete_topic(store: MetadataStore, controller: Controller, name: str) -> int:
+    """Remove a topic and its partition states; the revision."""
+    entry = await store.get(topic_key(name))
+    if entry is None:
+        raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+    topic = _unpack_topic(name, entry.value)
+    ops: list[Operation] = [Delete(topic_key(name))]
+    ops += [Delete(partition_key(name, i)) for i in range(topic.partitions)]
+    guards = [fence(controller), Compare(topic_key(name), entry.mod_revision)]
+    revision = await store.commit(guards, ops)
+    if revision is None:
+        await _refused(store, controller)
+        raise UnknownTopicOrPartitionError(f"topic {name!r} changed while it was being deleted")
+    return revision
+
+
+async def read_partition(
+    store: MetadataStore, topic: str, index: int
+) -> tuple[PartitionState, int] | None:
+    """A partition's state and the revision to compare against when changing it."""
+    entry = await store.get(partition_key(topic, index))
+    return None if entry is None else (_unpack_state(entry.value), entry.mod_revision)
+
+
+async def update_partition(
+    store: MetadataStore,
+    controller: Controller,
+    topic: str,
+    index: int,
+    state: PartitionState,
+    expected_revision: int,
+) -> int | None:
+    """Compare-and-swap a partition's state: the revision, or None if it changed meanwhile.
+
+    Raises NotControllerError if the controller was fenced off.
+    """
+    key = partition_key(topic, index)
+    guards = [fence(controller), Compare(key, expected_revision)]
+    revision = await store.commit(guards, [Put(key, _pack_state(state))])
+    if revision is None:
+        await _refused(store, controller)
+    return revision
+
+
+@dataclass
+class ClusterView:
+    """Topics and partition states as of :attr:`revision` (a broker's metadata cache)."""
+
+    topics: dict[str, TopicRecord] = field(default_factory=dict)
+    partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
+    revision: int = 0
+
+    @classmethod
+    async def load(cls, store: MetadataStore) -> ClusterView:
+        """One consistent read of everything (a single revision)."""
+        entries, revision = await store.get_prefix("/")
+        view = cls(revision=revision)
+        for entry in entries:
+            view.apply(WatchEvent(EventKind.PUT, entry.key, entry.value, revision))
+        return view
+
+    def apply(self, event: WatchEvent) -> None:
+        """Bring the view up to ``event`` (events of one revision may come one by one)."""
+        if event.key.startswith(TOPICS):
+            name = event.key[len(TOPICS) :]
+            if event.kind is EventKind.PUT:
+                self.topics[name] = _unpack_topic(name, event.value)
+            else:
+                self.topics.pop(name, None)
+        elif event.key.startswith(PARTITIONS):
+            where = _partition_of(event.key)
+            if event.kind is EventKind.PUT:
+                self.partitions[where] = _unpack_state(event.value)
+            else:
+                self.partitions.pop(where, None)
+        self.revision = max(self.revision, event.revision)
+
+    async def follow(self, store: MetadataStore) -> AsyncIterator[WatchEvent]:
+        """Apply every change after :attr:`revision`, yielding each once applied.
+
+        Watches the whole root (topics and partitions change in the same
+        transactions). Raises CompactedError if the store no longer has the
+        changes: the caller loads a new view.
+        """
+        async for event in store.watch("/", self.revision):
+            self.apply(event)
+            yield event
+
+    def leader_of(self, topic: str, index: int) -> int | None:
+        state = self.partitions.get((topic, index))
+        return None if state is None or state.leader < 0 else state.leader
+
+
+def _partition_of(key: str) -> tuple[str, int]:
+    topic, _, index = key[len(PARTITIONS) :].rpartition("/")
+    return topic, int(index)
