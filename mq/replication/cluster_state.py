@@ -19,7 +19,8 @@ Thread safety: one event loop.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 
 import msgpack
@@ -177,16 +178,17 @@ class ClusterView:
                 self.partitions.pop(where, None)
         self.revision = max(self.revision, event.revision)
 
-    async def follow(self, store: MetadataStore) -> AsyncIterator[WatchEvent]:
+    async def follow(self, store: MetadataStore) -> AsyncGenerator[WatchEvent, None]:
         """Apply every change after :attr:`revision`, yielding each once applied.
 
         Watches the whole root (topics and partitions change in the same
         transactions). Raises CompactedError if the store no longer has the
         changes: the caller loads a new view.
         """
-        async for event in store.watch("/", self.revision):
-            self.apply(event)
-            yield event
+        async with contextlib.aclosing(store.watch("/", self.revision)) as events:
+            async for event in events:
+                self.apply(event)
+                yield event
 
     def leader_of(self, topic: str, index: int) -> int | None:
         state = self.partitions.get((topic, index))

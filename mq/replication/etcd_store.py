@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 DEFAULT_ROOT = "/mq"
 REQUEST_TIMEOUT_S = 5
+CANCEL_TIMEOUT_S = 0.5
 
 
 def parse_etcd_url(url: str) -> tuple[str, int]:
@@ -182,7 +183,7 @@ class EtcdStore(MetadataStore):
 
     # -- watches ------------------------------------------------------------------------
 
-    async def watch(self, prefix: str, after_revision: int) -> AsyncIterator[WatchEvent]:
+    async def watch(self, prefix: str, after_revision: int) -> AsyncGenerator[WatchEvent, None]:
         client = self._connected()
         watch = await self._call(
             client.watch_prefix(self._key(prefix), start_revision=after_revision + 1)
@@ -195,11 +196,16 @@ class EtcdStore(MetadataStore):
         except aetcd.exceptions.RevisionCompactedError as exc:
             raise CompactedError(f"etcd compacted revisions up to {exc}") from exc
         except aetcd.exceptions.ClientError as exc:
+            _raise_if_cancelling(exc)
             raise MetadataStoreError(f"etcd watch of {prefix!r} failed: {exc}") from exc
         finally:
             if self._client is client:  # a closed client has cancelled its watches
-                with contextlib.suppress(aetcd.exceptions.ClientError):
-                    await watch.cancel()
+                with contextlib.suppress(aetcd.exceptions.ClientError, TimeoutError):
+                    # bounded: etcd may be gone, and aetcd serialises cancels with
+                    # watch creations behind one lock; an uncancelled watch dies
+                    # with the client at the latest
+                    async with asyncio.timeout(CANCEL_TIMEOUT_S):
+                        await watch.cancel()
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -212,4 +218,12 @@ class EtcdStore(MetadataStore):
         try:
             return await request
         except aetcd.exceptions.ClientError as exc:
+            _raise_if_cancelling(exc)
             raise MetadataStoreError(f"etcd at {self._host}:{self._port}: {exc}") from exc
+
+
+def _raise_if_cancelling(exc: Exception) -> None:
+    """A cancelled gRPC call surfaces as an aetcd error: keep it a cancellation."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError from exc

@@ -23,7 +23,7 @@ import itertools
 import json
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 from mq.replication.store import (
@@ -191,7 +191,7 @@ class LocalStore(MetadataStore):
 
     # -- watches ------------------------------------------------------------------
 
-    async def watch(self, prefix: str, after_revision: int) -> AsyncIterator[WatchEvent]:
+    async def watch(self, prefix: str, after_revision: int) -> AsyncGenerator[WatchEvent, None]:
         self._check_open()
         if after_revision < self._compacted:
             raise CompactedError(

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -140,7 +140,7 @@ class MetadataStore(ABC):
         """End a lease now: its keys are deleted."""
 
     @abstractmethod
-    def watch(self, prefix: str, after_revision: int) -> AsyncIterator[WatchEvent]:
+    def watch(self, prefix: str, after_revision: int) -> AsyncGenerator[WatchEvent, None]:
         """Changes under ``prefix`` made after ``after_revision``, as they happen.
 
         Raises :class:`CompactedError` when the store no longer has them;

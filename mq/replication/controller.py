@@ -1,0 +1,258 @@
+"""The controller: one broker at a time assigns replicas and moves leadership.
+
+Every broker runs a :class:`ControllerSeat`. It registers the broker (under
+the broker's lease) and campaigns for ``/controller``; the winner *leads*:
+
+* it loads the cluster (:class:`~mq.replication.cluster_state.ClusterView`)
+  and the live brokers, and watches both from that revision;
+* when a broker's registration disappears (its lease expired: it crashed, hung
+  or lost etcd), every partition it led gets a new leader from the live ISR
+  (:func:`~mq.replication.placement.elect_leader`, unclean only where the
+  topic allows it), with a new leader epoch; the dead broker also leaves the
+  ISR of the partitions it followed;
+* when a broker registers, partitions left offline are elected again (a
+  returning ISR member can lead them);
+* it creates and deletes topics (placement over the live brokers).
+
+Each write is fenced by the controller epoch and compared against the
+revision read, so a controller that lost its seat (a long pause, a network
+split from etcd) can no longer change anything; it notices through
+:class:`~mq.errors.NotControllerError` or the loss of its lease, and goes
+back to campaigning. The other seats wait for ``/controller`` to disappear and
+campaign then.
+
+Thread safety: one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Set
+from functools import partial
+
+from mq.errors import MQError, NotControllerError, UnknownTopicOrPartitionError
+from mq.replication import cluster_state, membership
+from mq.replication.cluster_state import ClusterView, TopicRecord
+from mq.replication.membership import (
+    BROKERS,
+    CONTROLLER,
+    BrokerInfo,
+    Controller,
+    current_controller,
+)
+from mq.replication.placement import NO_LEADER, PartitionState, assign_replicas, elect_leader
+from mq.replication.store import CompactedError, EventKind, Lease, MetadataStore
+
+log = logging.getLogger(__name__)
+
+UNCLEAN_ELECTION = "unclean.leader.election.enable"
+RETRY_S = 0.5
+"""Pause before campaigning again after an error of the store."""
+STOP_TIMEOUT_S = 2.0
+
+
+class ControllerSeat:
+    """One broker's part in controller election, and the controller's work when it wins."""
+
+    def __init__(self, store: MetadataStore, info: BrokerInfo, lease: Lease) -> None:
+        self._store = store
+        self.info = info
+        self._lease = lease
+        self.controller: Controller | None = None
+        """Set while this broker is the controller."""
+        self.elected = asyncio.Event()
+        """Set each time this broker becomes the controller (tests and status)."""
+        self._task: asyncio.Task[None] | None = None
+        self._live: set[int] = set()
+        self._view = ClusterView()
+
+    async def start(self) -> None:
+        """Register this broker, then campaign in the background."""
+        await membership.register(self._store, self.info, self._lease)
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"controller-seat-{self.info.node_id}"
+        )
+
+    async def stop(self) -> None:
+        """Stop campaigning; a sitting controller resigns so another takes over at once."""
+        sitting = self.controller
+        await self.abandon()
+        if sitting is not None:
+            with contextlib.suppress(MQError):
+                await membership.resign(self._store, sitting)
+
+    async def abandon(self) -> None:
+        """Stop the seat's task without resigning (what a crash leaves behind).
+
+        Cancels until the task ends: a gRPC call that completes as it is
+        cancelled can swallow one cancellation.
+        """
+        task, self._task = self._task, None
+        if task is None:
+            return
+        for _ in range(int(STOP_TIMEOUT_S / 0.1)):
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=0.1)
+            if done:
+                return
+        log.warning("node %d: the controller seat did not stop in time", self.info.node_id)
+
+    # -- campaigning ----------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._lease.lost.is_set() and not _stopping():
+            try:
+                won = await membership.campaign(self._store, self.info.node_id, self._lease)
+                if won is None:
+                    sitting = await current_controller(self._store)
+                    if sitting is None or sitting.node_id != self.info.node_id:
+                        await self._wait_for_vacancy()
+                        continue
+                    won = sitting  # still ours after an error while leading: lead again
+                self.controller = won
+                log.info("node %d is the controller (epoch %d)", won.node_id, won.epoch)
+                self.elected.set()
+                await self._lead(won)
+            except (MQError, CompactedError) as exc:
+                if _stopping():
+                    raise  # whatever the store made of the cancellation
+                log.warning("controller seat of node %d: %s", self.info.node_id, exc)
+                await asyncio.sleep(RETRY_S)
+            finally:
+                self.controller = None
+                self.elected.clear()
+
+    async def _wait_for_vacancy(self) -> None:
+        entry = await self._store.get(CONTROLLER)
+        _checkpoint()
+        if entry is None:
+            return
+        async with contextlib.aclosing(self._store.watch(CONTROLLER, entry.mod_revision)) as events:
+            async for event in events:
+                if event.kind is EventKind.DELETE:
+                    return
+
+    # -- leading ----------------------------------------------------------------------
+
+    async def _lead(self, controller: Controller) -> None:
+        self._view = await ClusterView.load(self._store)
+        brokers, _ = await membership.live_brokers(self._store)
+        self._live = set(brokers)
+        await self._elect_all(controller)
+        _checkpoint()
+        lost = asyncio.ensure_future(self._lease.lost.wait())
+        events = self._view.follow(self._store)
+        try:
+            async for event in events:
+                if lost.done() or _stopping():
+                    return
+                if event.key == CONTROLLER and event.kind is EventKind.DELETE:
+                    return  # our lease ended: campaign again
+                if not event.key.startswith(BROKERS):
+                    continue
+                node = int(event.key[len(BROKERS) :])
+                if event.kind is EventKind.DELETE:
+                    log.info("controller: broker %d is gone", node)
+                    self._live.discard(node)
+                else:
+                    self._live.add(node)
+                await self._elect_all(controller)
+        except NotControllerError:
+            log.warning("node %d was fenced off as controller", self.info.node_id)
+        finally:
+            lost.cancel()
+            await events.aclose()
+
+    async def _elect_all(self, controller: Controller) -> None:
+        """Give every partition whose leader or ISR member is gone its new state."""
+        live = frozenset(self._live)
+        for (topic, index), state in sorted(self._view.partitions.items()):
+            info = self._view.topics.get(topic)
+            unclean = info is not None and info.configs.get(UNCLEAN_ELECTION) == "true"
+            change = partial(after_change, live=live, unclean=unclean)
+            if change(state) != state:
+                await self._write_partition(controller, topic, index, change)
+
+    async def _write_partition(
+        self,
+        controller: Controller,
+        topic: str,
+        index: int,
+        change: Callable[[PartitionState], PartitionState],
+    ) -> None:
+        """Compare-and-swap a partition's state, re-reading when it changed meanwhile."""
+        for _ in range(10):
+            found = await cluster_state.read_partition(self._store, topic, index)
+            if found is None:
+                return  # the topic went
+            state, revision = found
+            wanted = change(state)
+            if wanted == state:
+                return
+            if await cluster_state.update_partition(
+                self._store, controller, topic, index, wanted, revision
+            ):
+                self._view.partitions[(topic, index)] = wanted
+                log.info("controller: %s-%d is now %s", topic, index, wanted)
+                return
+        raise MQError(f"{topic}-{index} keeps changing under the controller")
+
+    # -- topic changes (on the controller) --------------------------------------------
+
+    async def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> TopicRecord:
+        controller = self._require_controller()
+        live, _ = await membership.live_brokers(self._store)  # fresher than the watch
+        replicas = assign_replicas(live, partitions, replication_factor)
+        topic = TopicRecord(name, uuid.uuid4().hex, partitions, dict(configs))
+        states = [PartitionState.new(r) for r in replicas]
+        await cluster_state.create_topic(self._store, controller, topic, states)
+        return topic
+
+    async def delete_topic(self, name: str) -> None:
+        await cluster_state.delete_topic(self._store, self._require_controller(), name)
+
+    def _require_controller(self) -> Controller:
+        if self.controller is None:
+            raise NotControllerError(f"node {self.info.node_id} is not the controller")
+        return self.controller
+
+    def partition(self, topic: str, index: int) -> PartitionState:
+        """The controller's view of a partition (raises if unknown)."""
+        state = self._view.partitions.get((topic, index))
+        if state is None:
+            raise UnknownTopicOrPartitionError(f"{topic}-{index} is unknown")
+        return state
+
+
+def after_change(state: PartitionState, live: Set[int], *, unclean: bool) -> PartitionState:
+    """A partition's state once the live brokers are ``live``.
+
+    A new leader if its leader is gone (:func:`elect_leader`), and no dead
+    follower left in the ISR (the leader adds it back once it has caught up).
+    """
+    wanted = elect_leader(state, live, unclean=unclean)
+    if wanted.leader == NO_LEADER:
+        return wanted
+    isr = tuple(r for r in wanted.isr if r in live)
+    return wanted._replace(isr=isr)
+
+
+def _stopping() -> bool:
+    """Whether the current task is being cancelled.
+
+    A gRPC call that completes as it is cancelled can return normally and
+    swallow the cancellation; the seat checks before every wait, or it would
+    wait on forever after :meth:`ControllerSeat.stop`.
+    """
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _checkpoint() -> None:
+    if _stopping():
+        raise asyncio.CancelledError
