@@ -44,6 +44,7 @@ from mq.storage.batch import (
 )
 from mq.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from mq.storage.config import LogConfig
+from mq.storage.epochs import LeaderEpochCache
 from mq.storage.fileio import DEFAULT_IO, FileIO
 from mq.storage.records import decode_records
 from mq.storage.recovery import open_segments
@@ -132,6 +133,8 @@ class Log:
         """Idempotent producers' sequences (rebuilt by :meth:`open`)."""
         self._opened_ms = clock()
         self._cleaner = cleaner.CleanerState()
+        self.epochs = LeaderEpochCache(directory, io)
+        """Where each leader epoch starts (loaded or rebuilt by :meth:`open`)."""
 
     # -- opening and recovery -------------------------------------------------
 
@@ -168,6 +171,7 @@ class Log:
                 segments[-1].make_active(config.segment_bytes)
             opened = cls(directory, config, io, clock, segments, start)
             opened._cleaner = cleaner.read_state(directory)
+            opened.epochs = opened._load_epochs()
             write_checkpoint(directory, io, opened._checkpointed)
             opened.producers = producers.rebuild(
                 directory, io, opened.log_start_offset, opened.next_offset, opened._headers_from
@@ -225,6 +229,8 @@ class Log:
         first = self.next_offset
         count = sum(h.last_offset_delta + 1 for h in headers)
         self._write(data, headers, first, first + count - 1, (first, leader_epoch))
+        if leader_epoch > self.epochs.latest_epoch:
+            self._assign_epoch(leader_epoch, first)
         if idempotent:
             self.producers.record(headers[0]._replace(base_offset=first))
         return AppendInfo(
@@ -250,6 +256,8 @@ class Log:
         self._write(data, headers, first, last, None)
         for header in headers:
             self.producers.record(header)
+            if header.leader_epoch > self.epochs.latest_epoch:
+                self._assign_epoch(header.leader_epoch, header.base_offset)
         return AppendInfo(
             first, last, max(h.max_timestamp for h in headers), len(headers), len(data)
         )
@@ -501,6 +509,7 @@ class Log:
         if offset > self.next_offset:
             raise OffsetOutOfRangeError(f"{offset} is past the log end {self.next_offset}")
         self.log_start_offset = offset
+        self._trim_epochs()
         doomed = 0
         for segment in self._segments[:-1]:
             if segment.next_offset > offset:
@@ -519,6 +528,7 @@ class Log:
         del self._segments[:count]
         del self._bases[:count]
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        self._trim_epochs()
 
     def truncate_to(self, offset: int) -> None:
         """Drop every batch at or after ``offset`` (a follower diverging from its leader).
@@ -563,6 +573,8 @@ class Log:
             self._generation += 1
             self.producers.truncate(offset)
             producers.drop_snapshots_after(self.directory, self._io, offset)
+            self.epochs.truncate_from_end(self.next_offset)
+            self.epochs.truncate_from_start(self.log_start_offset)
             # recovery must re-check the truncated segment after a crash from now on,
             # and every rolled segment that has not been synced yet
             recover_from = min(s.base_offset for s in [*self._unsynced, self._segments[-1]])
@@ -570,6 +582,39 @@ class Log:
             write_checkpoint(self.directory, self._io, self._checkpointed)
         except OSError as exc:
             raise self._fail("truncate", exc) from exc
+
+    # -- leader epochs ----------------------------------------------------------
+
+    def _load_epochs(self) -> LeaderEpochCache:
+        """The epoch file, checked against the recovered log; rebuilt from batches if needed."""
+        cache = LeaderEpochCache.read(self.directory, self._io)
+        if cache is None:
+            cache = LeaderEpochCache(self.directory, self._io)
+            for header in self._headers_from(self.log_start_offset):
+                if header.leader_epoch > cache.latest_epoch:
+                    cache.assign(
+                        header.leader_epoch, max(header.base_offset, self.log_start_offset)
+                    )
+        cache.truncate_from_end(self.next_offset)  # recovery may have cut the log
+        cache.truncate_from_start(self.log_start_offset)
+        return cache
+
+    def _assign_epoch(self, epoch: int, start_offset: int) -> None:
+        try:
+            self.epochs.assign(epoch, start_offset)
+        except OSError as exc:
+            raise self._fail("leader epoch checkpoint", exc) from exc
+
+    def _trim_epochs(self) -> None:
+        try:
+            self.epochs.truncate_from_start(self.log_start_offset)
+        except OSError as exc:
+            raise self._fail("leader epoch checkpoint", exc) from exc
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) of ``epoch`` here (see :class:`LeaderEpochCache`)."""
+        self._check_online()
+        return self.epochs.end_offset_for(epoch, self.next_offset)
 
     # -- compaction -------------------------------------------------------------
 
