@@ -219,7 +219,8 @@ class RecordAccumulator:
         """Take the sendable batches of every ready partition led by ``nodes``.
 
         Per node at most ``max_request_bytes`` (at least one batch); per
-        partition every consecutive sendable batch from the front of its queue,
+        partition every consecutive sendable batch from the front of its queue
+        (one only when idempotent: sequences are checked a batch per request),
         closed (built) on the way. A batch larger than ``batch_size`` (one big
         record) travels alone, so if the broker refuses it, nothing else fails
         with it. The caller mutes the returned partitions until the response.
@@ -249,8 +250,8 @@ class RecordAccumulator:
                 queue.popleft()
                 taken.append(batch)
                 left -= size
-                if size > self.batch_size or left <= 0:
-                    break
+                if size > self.batch_size or left <= 0 or self.idempotent:
+                    break  # idempotent: one batch per partition per request, as the broker needs
             budget[leader] = left
         return {node: batches for node, batches in out.items() if batches}
 

@@ -706,6 +706,7 @@ class ScriptedBroker:
         self.epochs: list[tuple[int, int]] = []  # init_producer_id requests (id, epoch)
         self.written: list[tuple[int, int, bytes]] = []  # (epoch, sequence, batch)
         self.expected: tuple[int, int] = (-1, 0)  # (epoch, next sequence)
+        self.next_offset = 0
         self.port = 0
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -739,7 +740,7 @@ class ScriptedBroker:
 
     def produce(self, body: Any) -> object:
         data = body["topics"][0]["partitions"][0]["records"]
-        error, first_offset = 0, len(self.written)
+        error, first_offset = 0, self.next_offset
         for header in iter_batches(data):
             batch = bytes(data[: header.size])
             data = data[header.size :]
@@ -752,6 +753,7 @@ class ScriptedBroker:
                 error = OutOfOrderSequenceError.code
             else:
                 self.written.append((header.producer_epoch, header.base_sequence, batch))
+                self.next_offset += header.records_count
                 self.expected = (header.producer_epoch, header.base_sequence + header.records_count)
         result = {"partition": 0, "error": error, "message": None, "base_offset": first_offset}
         return {"topics": [{"name": "idem", "partitions": [result]}]}

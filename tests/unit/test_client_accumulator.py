@@ -107,6 +107,15 @@ def test_drain_takes_consecutive_batches_per_partition_within_the_request_bound(
     assert {b.tp for b in rest[2]} == {T1}
 
 
+def test_an_idempotent_drain_takes_one_batch_per_partition() -> None:
+    """The broker checks an idempotent producer's sequences one batch per request."""
+    acc = RecordAccumulator(batch_size=256, linger_s=0, idempotent=True)
+    fill(acc, T0, 20)
+    fill(acc, U0, 20)
+    drained = acc.drain({1}, 1.0, leader_of, not_muted, max_request_bytes=10**6)[1]
+    assert sorted(b.tp for b in drained) == sorted([T0, U0])
+
+
 def test_retried_batches_go_back_to_the_front_after_a_backoff() -> None:
     acc = RecordAccumulator(batch_size=256, linger_s=0)
     fill(acc, T0, 10)
@@ -182,10 +191,13 @@ def test_a_new_epoch_restamps_queued_batches_from_sequence_zero() -> None:
     assert acc.head_was_sent(T0)
     assert acc.any_head_was_sent()
     assert not acc.head_was_sent(T1)
-    queued = acc.drain({1}, 0.0, leader_of, not_muted, max_request_bytes=10**6)[1]
-    acc.reenqueue(queued[1:], retry_at=0.0)  # the first is gone for good: a gap at its sequence
+    [gone] = acc.drain({1}, 0.0, leader_of, not_muted, max_request_bytes=10**6)[1]
+    assert gone is sent[0]  # and gone for good: a gap at its sequence
     acc.set_producer_id(7, 1)
-    again = acc.drain({1}, 0.0, leader_of, not_muted, max_request_bytes=10**6)[1]
+    again = []
+    while drained := acc.drain({1}, 0.0, leader_of, not_muted, max_request_bytes=10**6):
+        again += drained[1]  # one batch per drain: idempotent
+    assert len(again) > 1
     headers = [parse_header(b.close()) for b in again]
     assert [(h.producer_id, h.producer_epoch) for h in headers] == [(7, 1)] * len(again)
     expected, sequence = [], 0
