@@ -109,6 +109,24 @@ def _put_varint(out: bytearray, value: int) -> None:
     out.append(zigzag)
 
 
+def _put_nullable(out: bytearray, field: bytes | None) -> None:
+    """A length-prefixed field; -1 (zigzag 1) for null."""
+    if field is None:
+        out.append(1)
+    else:
+        _put_varint(out, len(field))
+        out += field
+
+
+def _put_headers(out: bytearray, headers: Sequence[Header]) -> None:
+    """Each header as a length-prefixed UTF-8 key and a nullable value (the count not included)."""
+    for header_key, header_value in headers:
+        encoded = header_key.encode()
+        _put_varint(out, len(encoded))
+        out += encoded
+        _put_nullable(out, header_value)
+
+
 def _read_varint(buf: Buffer, pos: int, max_bytes: int) -> tuple[int, int]:
     """Decode a zigzag varint of at most ``max_bytes`` (5: int32, 10: int64).
 
@@ -243,15 +261,8 @@ class BatchBuilder:
                 put(buf, len(value))
                 buf += value
             put(buf, len(headers))
-            for header_key, header_value in headers:
-                encoded = header_key.encode()
-                put(buf, len(encoded))
-                buf += encoded
-                if header_value is None:
-                    buf.append(1)
-                else:
-                    put(buf, len(header_value))
-                    buf += header_value
+            if headers:  # headerless records, the common case, skip the call
+                _put_headers(buf, headers)
             length = len(buf) - start - 2
             if length < 0x40:
                 buf[start] = length << 1
@@ -366,22 +377,10 @@ def rebuild_batch(
         record = bytearray(1)  # attributes: unused
         put(record, timestamp - base_timestamp)
         put(record, offset - header.base_offset)
-        for field in (key, value):
-            if field is None:
-                record.append(1)  # zigzag(-1): null
-            else:
-                put(record, len(field))
-                record += field
+        _put_nullable(record, key)
+        _put_nullable(record, value)
         put(record, len(headers))
-        for header_key, header_value in headers:
-            encoded = header_key.encode()
-            put(record, len(encoded))
-            record += encoded
-            if header_value is None:
-                record.append(1)
-            else:
-                put(record, len(header_value))
-                record += header_value
+        _put_headers(record, headers)
         put(body, len(record))
         body += record
     codec = attributes & fmt.CODEC_MASK
