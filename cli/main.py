@@ -14,6 +14,7 @@ import logging
 import click
 
 import mq
+from cli.cluster import cluster
 from cli.consume import consume
 from cli.group import group
 from cli.produce import produce
@@ -60,6 +61,7 @@ main.add_command(produce)
 main.add_command(consume)
 main.add_command(group)
 main.add_command(storage)
+main.add_command(cluster)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """``mq serve``: run a broker in the foreground until SIGTERM or SIGINT.
 
 With no options it is the embedded default: one node, data in ``./mq-data``,
-listening on 127.0.0.1:9292, no etcd and no configuration file. On a signal it
+listening on 127.0.0.1:9292, no etcd and no configuration file. With
+``--metadata etcd://HOST:PORT --node-id N`` it joins a replicated cluster. On a signal it
 stops accepting, finishes in-flight appends, syncs and closes every segment.
 Once listening it prints ``mq listening on HOST:PORT`` (with the real port
 when ``--port 0`` asked for a free one), which scripts and tests wait for.
@@ -32,11 +33,30 @@ from mq.errors import MQError
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="A TOML file of broker settings (flags win over it).",
 )
+@click.option(
+    "--metadata",
+    metavar="etcd://HOST:PORT",
+    help="Join the cluster whose metadata is in this etcd [none: a single node].",
+)
+@click.option(
+    "--node-id", type=click.IntRange(0, 2**31 - 1), help="This broker's id in the cluster [0]."
+)
 def serve(
-    data_dir: Path | None, host: str | None, port: int | None, config_file: Path | None
+    data_dir: Path | None,
+    host: str | None,
+    port: int | None,
+    config_file: Path | None,
+    metadata: str | None,
+    node_id: int | None,
 ) -> None:
     """Run a broker (a single node with the embedded defaults unless told otherwise)."""
-    flags = {"data_dir": data_dir, "host": host, "port": port}
+    flags = {
+        "data_dir": data_dir,
+        "host": host,
+        "port": port,
+        "metadata": metadata,
+        "node_id": node_id,
+    }
     try:
         if config_file is not None:
             config = BrokerConfig.from_file(config_file, **flags)

@@ -1,4 +1,4 @@
-"""``mq topic``: create, list, describe, alter and delete topics."""
+"""``mq topic``: create, list, describe, alter, reassign and delete topics."""
 
 from __future__ import annotations
 
@@ -100,6 +100,54 @@ def alter(name: str, configs: tuple[str, ...], resets: tuple[str, ...], bootstra
 
     run(main)
     click.echo(f"altered topic {name}")
+
+
+def parse_replicas(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> tuple[int, ...] | None:
+    """``"1,2,4"`` as node ids (a click callback)."""
+    if value is None:
+        return None
+    try:
+        replicas = tuple(int(node) for node in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a list of node ids like 1,2,4") from None
+    if any(node < 0 for node in replicas):
+        raise click.BadParameter(f"{value!r} has a negative node id")
+    return replicas
+
+
+@topic.command()
+@click.argument("name")
+@click.option("-p", "--partition", type=click.IntRange(min=0), required=True, help="Partition.")
+@click.option(
+    "--replicas",
+    callback=parse_replicas,
+    help="New replicas N,N,... (node ids), the preferred leader first.",
+)
+@click.option("--cancel", is_flag=True, help="Cancel the move in progress instead.")
+@bootstrap_option
+def reassign(
+    name: str, partition: int, replicas: tuple[int, ...] | None, cancel: bool, bootstrap: str
+) -> None:
+    """Move a partition of topic NAME to other brokers (or cancel the move).
+
+    The move completes in the background once the new replicas have caught up;
+    leadership then goes to the first of them.
+    """
+    if cancel == (replicas is not None):
+        raise click.UsageError("give either --replicas N,N,... or --cancel")
+    tp = mq.TopicPartition(name, partition)
+
+    async def main() -> None:
+        async with mq.Admin(bootstrap=bootstrap) as admin:
+            await admin.reassign_partitions({tp: replicas})
+
+    run(main)
+    if replicas is None:
+        click.echo(f"cancelled the move of {name}-{partition}")
+    else:
+        click.echo(f"moving {name}-{partition} to {','.join(map(str, replicas))}")
 
 
 @topic.command()

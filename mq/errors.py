@@ -246,6 +246,12 @@ class InvalidReplicationFactorError(MQError):
     default_message = "the replication factor is invalid or larger than the broker count"
 
 
+class InvalidReplicaAssignmentError(MQError):
+    code = 39
+    name = "INVALID_REPLICA_ASSIGNMENT"
+    default_message = "the replica assignment is invalid (empty, a broker twice, a dead broker)"
+
+
 class NotControllerError(MQError):
     code = 41
     name = "NOT_CONTROLLER"
@@ -265,6 +271,25 @@ class UnknownLeaderEpochError(MQError):
     name = "UNKNOWN_LEADER_EPOCH"
     retriable = True
     default_message = "the request's leader epoch is newer than this broker knows"
+
+
+class PreferredLeaderNotAvailableError(MQError):
+    code = 80
+    name = "PREFERRED_LEADER_NOT_AVAILABLE"
+    retriable = True
+    default_message = "the preferred leader is not alive or not in sync"
+
+
+class ElectionNotNeededError(MQError):
+    code = 84
+    name = "ELECTION_NOT_NEEDED"
+    default_message = "the partition is already led by its preferred leader"
+
+
+class NoReassignmentInProgressError(MQError):
+    code = 85
+    name = "NO_REASSIGNMENT_IN_PROGRESS"
+    default_message = "the partition has no reassignment in progress to cancel"
 
 
 # -- idempotent producer -----------------------------------------------------------

@@ -1,9 +1,15 @@
-"""The broker's state: topics, the partitions it hosts, and their lifecycle.
+"""The broker's state: the cluster view, the partitions it hosts, and their lifecycle.
 
 Request handlers (``mq.broker.handlers_*``) ask the :class:`Broker` for a
 partition by name and act on it; the server (``mq.broker.server``) owns the
-sockets. Topic changes go through the catalog first (persisted), then open or
-close partitions, so a crash in between is repaired at the next start.
+sockets. What exists and who leads it lives in the metadata store (etcd, or
+the embedded local store of the single-node default): the broker keeps a
+:class:`~mq.replication.cluster_state.ClusterView` of it, current through a
+watch, and its :class:`~mq.broker.replicas.ReplicaManager` makes the hosted
+partitions match it (opening, leading, following, dropping). Topic changes go
+to the controller (:class:`~mq.replication.controller.ControllerSeat`), here
+if this broker is it, else forwarded to it; they take effect when the watch
+brings them back.
 
 Thread safety: one event loop.
 """
@@ -11,27 +17,45 @@ Thread safety: one event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import logging
 import os
 import shutil
-import uuid
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-from mq.broker.catalog import Catalog, TopicInfo, topic_log_config
+from mq.broker.catalog import LegacyCatalog, split_topic_configs, topic_log_config
 from mq.broker.config import BrokerConfig
+from mq.broker.isr import IsrManager
 from mq.broker.log_cleaner import LogCleaner
 from mq.broker.partition import Partition
+from mq.broker.peers import Peers
 from mq.broker.producer_ids import ProducerIdAllocator
+from mq.broker.replicas import ReplicaManager
 from mq.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicError,
     MQError,
+    NotControllerError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
     StorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
+    error_for_code,
 )
+from mq.replication.cluster_state import ClusterView, TopicRecord
+from mq.replication.controller import ControllerSeat
+from mq.replication.etcd_store import EtcdStore
+from mq.replication.local_store import LocalStore
+from mq.replication.membership import BrokerInfo
+from mq.replication.store import CompactedError, Lease, MetadataStore
+from mq.replication.throttle import TokenBucket
+from mq.wire.apis_core import CREATE_TOPICS
 from mq.wire.limits import validate_topic_name
 
 if TYPE_CHECKING:
@@ -40,46 +64,112 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CLUSTER_ID = "mq-single-node"
+METADATA_FILE = "metadata.json"
+WAIT_S = 10.0
+"""How long a topic change waits for the view to show it."""
+RETRY_S = 0.5
+HANDOVER_S = 5.0
+"""How long a clean shutdown waits for its leaderships to move."""
 
 
 class Broker:
-    """One node's topics and partitions (the embedded default: it leads them all)."""
+    """One node: its view of the cluster and the replicas it hosts."""
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
-        self.catalog = Catalog(config.data_dir)
+        self.node_id = config.node_id
         self.partitions: dict[tuple[str, int], Partition] = {}
-        self._lock_fd: int | None = None
-        self._retention_task: asyncio.Task[None] | None = None
+        self.view = ClusterView()
+        self.store: MetadataStore = (
+            EtcdStore.from_url(config.metadata)
+            if config.metadata
+            else LocalStore(config.data_dir / METADATA_FILE)
+        )
+        self.seat: ControllerSeat | None = None
+        self.replicas = ReplicaManager(self)
+        self.isr = IsrManager(self)
+        self.peers = Peers(self)
+        self.catchup_bucket = TokenBucket(config.replication_catchup_bytes_per_s, time.monotonic())
         self.cleaner = LogCleaner(self.partitions, config.cleaner_backoff_ms)
         self.advertised: tuple[str, int] = (config.host, config.port)
-        self.producer_ids = ProducerIdAllocator(config.data_dir)
+        self.producer_ids = ProducerIdAllocator(self.store, config.data_dir)
         self.coordinator: GroupCoordinator | None = None
-        self._deleting: set[str] = set()
-        """Topics whose partitions are closing and files going: not to be created again yet."""
         self.served_apis: frozenset[int] = frozenset()
         """API keys the server has handlers for (what api_versions advertises)."""
-        """Set by the server once the offsets topic is loaded."""
+        self._lock_fd: int | None = None
+        self._lease: Lease | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._view_waiters: set[asyncio.Future[None]] = set()
+        self._stopping = False
 
     # -- lifecycle ----------------------------------------------------------------
 
     async def start(self) -> None:
+        """Open the store, load the view and take up the replicas it gives this node."""
         data = self.config.data_dir
         data.mkdir(parents=True, exist_ok=True)
         self._lock_data_dir()
         self._remove_deleted_dirs()
-        self.catalog.load()
-        for topic in self.catalog.topics.values():
-            self._open_partitions(topic)
-        self._retention_task = asyncio.get_running_loop().create_task(self._retention_loop())
+        await self.store.start()
+        self.view = await ClusterView.load(self.store)
+        self.replicas.reconcile_all()
+        self.replicas.remove_strays()
         self.cleaner.start()
-        log.info(
-            "broker %d: %d topics from %s", self.config.node_id, len(self.catalog.topics), data
-        )
+
+    async def join(self, advertised: tuple[str, int]) -> None:
+        """Register under a lease and campaign for controller (once listening)."""
+        self.advertised = advertised
+        await self._register()
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._follow(), name="metadata-watch"))
+        self._tasks.append(loop.create_task(self._retention_loop(), name="retention"))
+        self._tasks.append(loop.create_task(self._supervise_lease(), name="lease"))
+        self.isr.start()
+        if self.config.metadata is None:
+            await self._adopt_local()
+        log.info("broker %d joined: %d topics", self.node_id, len(self.view.topics))
+
+    async def _register(self) -> None:
+        self._lease = await self.store.grant_lease(self.config.session_timeout_ms)
+        host, port = self.advertised
+        self.seat = ControllerSeat(self.store, BrokerInfo(self.node_id, host, port), self._lease)
+        await self.seat.start()
+
+    async def _adopt_local(self) -> None:
+        """Single node: be the controller, and take in a catalog from before the store."""
+        assert self.seat is not None
+        await asyncio.wait_for(self.seat.elected.wait(), WAIT_S)
+        legacy = LegacyCatalog(self.config.data_dir)
+        for topic in legacy.load():
+            if topic.name not in self.view.topics:
+                await self.seat.create_topic(
+                    topic.name,
+                    topic.partitions,
+                    1,
+                    topic.configs,
+                    internal=topic.internal,
+                    topic_id=topic.topic_id,
+                )
+                await self.wait_for_view(partial(self._has_topic, topic.name))
+        legacy.retire()
 
     async def stop(self) -> None:
-        if self._retention_task is not None:
-            self._retention_task.cancel()
+        """Hand leaderships over (a cluster), then close every partition cleanly."""
+        self._stopping = True
+        if self.seat is not None:
+            await self.seat.abandon()
+        if self._lease is not None:
+            with contextlib.suppress(MQError, OSError):
+                await self.store.revoke_lease(self._lease)  # our registration goes
+            if self.config.metadata is not None:
+                await self._wait_handover()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await self.isr.stop()
+        await self.replicas.stop()
+        await self.peers.close()
         await self.cleaner.stop()
         partitions = list(self.partitions.values())
         self.partitions.clear()
@@ -87,9 +177,25 @@ class Broker:
         for partition, result in zip(partitions, results, strict=True):
             if isinstance(result, BaseException):
                 log.error("closing %s failed: %s", partition.name, result)
+        with contextlib.suppress(MQError, OSError):
+            await self.store.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+
+    async def _wait_handover(self) -> None:
+        """Until no partition with another live replica is led here (bounded)."""
+
+        def handed_over() -> bool:
+            for state in self.view.partitions.values():
+                if state.leader == self.node_id and any(
+                    r != self.node_id and r in self.view.brokers for r in state.isr
+                ):
+                    return False
+            return True
+
+        with contextlib.suppress(TimeoutError, RequestTimedOutError):
+            await self.wait_for_view(handed_over, HANDOVER_S)
 
     def _lock_data_dir(self) -> None:
         fd = os.open(self.config.data_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -106,104 +212,201 @@ class Broker:
         for path in self.config.data_dir.glob("*.deleted"):
             shutil.rmtree(path, ignore_errors=True)
 
-    def _open_partitions(self, topic: TopicInfo) -> None:
-        config = topic.log_config(self.config.log)
-        for index in range(topic.partitions):
+    # -- the view -------------------------------------------------------------------
+
+    async def _follow(self) -> None:
+        """Apply every change of the metadata store, for as long as the broker runs."""
+        while True:
             try:
-                partition = Partition.open(self.config.data_dir, topic.name, index, config)
-            except StorageError as exc:
-                log.error("%s-%d stays offline: %s", topic.name, index, exc)
+                async for event in self.view.follow(self.store):
+                    self.replicas.on_event(event)
+                    self._wake_view_waiters()
+            except CompactedError:
+                log.warning("broker %d: metadata watch fell behind; reloading", self.node_id)
+            except MQError as exc:
+                log.warning("broker %d: metadata watch: %s", self.node_id, exc)
+                await asyncio.sleep(RETRY_S)
+            try:
+                self.view = await ClusterView.load(self.store)
+            except MQError as exc:
+                log.warning("broker %d: reloading metadata: %s", self.node_id, exc)
+                await asyncio.sleep(RETRY_S)
                 continue
-            partition.start()
-            self.partitions[(topic.name, index)] = partition
+            self.replicas.reconcile_all()
+            self._wake_view_waiters()
+
+    async def _supervise_lease(self) -> None:
+        """Register again after losing the lease (the store was out of reach too long)."""
+        while True:
+            assert self._lease is not None
+            await self._lease.lost.wait()
+            if self._stopping:
+                return
+            log.error("broker %d lost its registration lease; registering again", self.node_id)
+            if self.seat is not None:
+                await self.seat.abandon()
+            while True:
+                try:
+                    await self._register()
+                    break
+                except MQError as exc:
+                    log.warning("broker %d: registering: %s", self.node_id, exc)
+                    await asyncio.sleep(RETRY_S)
+
+    def _wake_view_waiters(self) -> None:
+        waiters, self._view_waiters = self._view_waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_for_view(self, ready: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+        """Until ``ready()`` holds of the view; RequestTimedOutError after ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not ready():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise RequestTimedOutError("the cluster metadata did not show the change in time")
+            waiter = loop.create_future()
+            self._view_waiters.add(waiter)
+            try:
+                await asyncio.wait_for(waiter, remaining)
+            except TimeoutError:
+                continue
+
+    def _has_topic(self, name: str) -> bool:
+        return name in self.view.topics
+
+    @property
+    def is_controller(self) -> bool:
+        return self.seat is not None and self.seat.controller is not None
 
     # -- lookups ------------------------------------------------------------------
 
     def partition(self, topic: str, index: int) -> Partition:
         found = self.partitions.get((topic, index))
         if found is None:
-            raise UnknownTopicOrPartitionError(f"{topic}-{index} is not hosted here")
+            if (topic, index) in self.view.partitions:
+                raise _not_here(topic, index)
+            raise UnknownTopicOrPartitionError(f"{topic}-{index} does not exist")
         return found
 
-    def topic_partitions(self, topic: str) -> list[Partition]:
-        info = self.catalog.get(topic)
-        if info is None:
-            return []
-        return [p for i in range(info.partitions) if (p := self.partitions.get((topic, i)))]
+    def leader_partition(self, topic: str, index: int, current_leader_epoch: int = -1) -> Partition:
+        """The partition if this broker leads it (NOT_LEADER_OR_FOLLOWER otherwise)."""
+        partition = self.partition(topic, index)
+        partition.require_leader(current_leader_epoch)
+        return partition
+
+    def topic(self, name: str) -> TopicRecord | None:
+        return self.view.topics.get(name)
+
+    def live_brokers(self) -> dict[int, BrokerInfo]:
+        return self.view.brokers
+
+    def min_insync_replicas(self, topic: TopicRecord) -> int:
+        _, replication = split_topic_configs(topic.configs)
+        value = replication.get("min.insync.replicas")
+        return int(value) if value is not None else self.config.min_insync_replicas
 
     # -- topic changes ------------------------------------------------------------
 
-    def create_topic(
+    async def create_topic(
         self,
         name: str,
         partitions: int,
-        replication_factor: int = 1,
+        replication_factor: int = -1,
         configs: dict[str, str] | None = None,
         *,
         validate_only: bool = False,
         internal: bool = False,
-    ) -> TopicInfo:
-        """Create a topic (``partitions``/``replication_factor`` of -1 mean the defaults)."""
+        cap_to_live: bool = False,
+    ) -> TopicRecord:
+        """Create a topic on the controller (``partitions``/``replication_factor`` of -1:
+        the defaults); returns once this broker's view has it.
+
+        ``cap_to_live``: fewer replicas if fewer brokers are alive (auto-created and
+        internal topics), rather than INVALID_REPLICATION_FACTOR.
+        """
         validate_topic_name(name)
-        if name in self.catalog:
+        if name in self.view.topics:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-        if name in self._deleting:
+        if self.replicas.deleting(name):
             raise TopicAlreadyExistsError(f"topic {name!r} is still being deleted")
         count = self.config.default_partitions if partitions == -1 else partitions
         if count < 1:
             raise InvalidPartitionsError(f"a topic needs at least one partition, got {count}")
-        if replication_factor not in (-1, 1):
+        if replication_factor == -1:
+            replication_factor = self.config.default_replication_factor
+        if replication_factor < 1:
             raise InvalidReplicationFactorError(
-                f"replication factor {replication_factor} needs more brokers: this node is alone"
+                f"replication factor must be >= 1, got {replication_factor}"
             )
         configs = dict(configs or {})
         topic_log_config(self.config.log, configs)  # raises InvalidConfigError
-        info = TopicInfo(name, count, configs, internal=internal)
+        seat = self._controller_seat()
+        record = await seat.create_topic(
+            name,
+            count,
+            -replication_factor if cap_to_live else replication_factor,
+            configs,
+            internal=internal,
+            validate_only=validate_only,
+        )
         if not validate_only:
-            self.catalog.topics[name] = info
-            self.catalog.save()
-            self._open_partitions(info)
+            await self.wait_for_view(lambda: name in self.view.topics)
             log.info("created topic %s with %d partitions", name, count)
-        return info
+        return record
 
-    def ensure_topic(self, name: str) -> TopicInfo:
-        """The topic, created with the defaults if auto-creation is on."""
-        info = self.catalog.get(name)
-        if info is not None:
-            return info
-        if not self.config.auto_create_topics or name in self._deleting:
+    async def ensure_topic(self, name: str) -> TopicRecord:
+        """The topic, created with the defaults if auto-creation is on (on the controller)."""
+        found = self.view.topics.get(name)
+        if found is not None:
+            return found
+        if not self.config.auto_create_topics or self.replicas.deleting(name):
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-        return self.create_topic(name, -1)
+        validate_topic_name(name)
+        if self.is_controller:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await self.create_topic(name, -1, -1, cap_to_live=True)
+        else:
+            body = {
+                "topics": [
+                    {
+                        "name": name,
+                        "partitions": -1,
+                        "replication_factor": -1,
+                        "configs": {},
+                    }
+                ],
+                "timeout_ms": int(WAIT_S * 1000),
+                "validate_only": False,
+            }
+            response = await self.peers.call_controller(CREATE_TOPICS, body)
+            for topic in response["topics"]:
+                if topic["error"] and topic["error"] != TopicAlreadyExistsError.code:
+                    raise _error(topic["error"], topic.get("message"))
+            await self.wait_for_view(lambda: name in self.view.topics)
+        found = self.view.topics.get(name)
+        if found is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        return found
 
     async def delete_topic(self, name: str) -> None:
-        info = self.catalog.get(name)
+        info = self.view.topics.get(name)
         if info is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         if info.internal:
             raise InvalidTopicError(f"internal topic {name} cannot be deleted")
-        del self.catalog.topics[name]
-        self.catalog.save()
-        self._deleting.add(name)  # until its files are gone: a new topic must not open them
-        try:
-            for index in range(info.partitions):
-                partition = self.partitions.pop((name, index), None)
-                if partition is not None:
-                    self.cleaner.forget(partition)
-                    await partition.close()
-                directory = self.config.data_dir / f"{name}-{index}"
-                if directory.exists():
-                    doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex[:8]}.deleted")
-                    directory.rename(doomed)
-                    shutil.rmtree(doomed, ignore_errors=True)
-        finally:
-            self._deleting.discard(name)
+        await self._controller_seat().delete_topic(name)
+        await self.wait_for_view(lambda: name not in self.view.topics)
+        await self.replicas.wait_dropped(name)
         log.info("deleted topic %s", name)
 
     async def alter_topic_configs(
         self, name: str, changes: dict[str, str | None], *, validate_only: bool = False
     ) -> None:
-        """Set (or with None, reset) topic configs; partitions reopen with the new settings."""
-        info = self.catalog.get(name)
+        """Set (or with None, reset) topic configs; replicas reopen with the new settings."""
+        info = self.view.topics.get(name)
         if info is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         configs = dict(info.configs)
@@ -212,13 +415,19 @@ class Broker:
                 configs.pop(key, None)
             else:
                 configs[key] = value
-        new_config = topic_log_config(self.config.log, configs)
+        topic_log_config(self.config.log, configs)  # raises InvalidConfigError
         if validate_only:
             return
-        info.configs = configs
-        self.catalog.save()
-        for partition in self.topic_partitions(name):
-            await partition.writer.call(lambda log_: log_.reconfigure(new_config))
+        seat = self._controller_seat()
+        await seat.alter_topic_configs(name, configs)
+        await self.wait_for_view(
+            lambda: (t := self.view.topics.get(name)) is None or t.configs == configs
+        )
+
+    def _controller_seat(self) -> ControllerSeat:
+        if self.seat is None or self.seat.controller is None:
+            raise NotControllerError(f"broker {self.node_id} is not the controller")
+        return self.seat
 
     # -- retention ------------------------------------------------------------------
 
@@ -233,3 +442,14 @@ class Broker:
                     continue
                 if deleted:
                     log.info("retention deleted %d segments of %s", deleted, partition.name)
+
+
+def _not_here(topic: str, index: int) -> MQError:
+    return NotLeaderOrFollowerError(f"{topic}-{index} has no replica on this broker")
+
+
+def _error(code: int, message: Any) -> MQError:
+    return error_for_code(code)(message or "")
+
+
+__all__ = ["CLUSTER_ID", "Broker"]

@@ -1,15 +1,13 @@
-"""The topic catalog of a single node: names, partition counts and configs.
+"""Topic configs: which keys a topic may set, and the log settings they make.
 
-Kept in ``<data>/topics.json`` and replaced atomically on every change (write,
-fsync, rename, fsync the directory), so a crash leaves the old or the new
-catalog. Topic configs are stored as the Kafka-style strings the user gave
-(``retention.ms`` …) and turned into a :class:`~mq.storage.config.LogConfig`
-over the broker's defaults when a partition opens.
+Topic configs are stored (in the metadata store, with the topic) as the
+Kafka-style strings the user gave (``retention.ms`` …) and turned into a
+:class:`~mq.storage.config.LogConfig` over the broker's defaults when a
+replica opens; ``min.insync.replicas`` and ``unclean.leader.election.enable``
+belong to replication, not the log.
 
-This is the embedded default's metadata; the replicated cluster keeps the same
-facts in etcd behind the metadata-store interface.
-
-Thread safety: one event loop.
+Versions before the metadata store kept topics in ``<data>/topics.json``;
+:class:`LegacyCatalog` reads that once so a single node adopts its topics.
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from typing import Any
 
 from mq.errors import InvalidConfigError
 from mq.storage.config import LogConfig
-from mq.storage.fileio import DEFAULT_IO, FileIO
 
 FILE_NAME = "topics.json"
 FORMAT_VERSION = 1
@@ -40,28 +37,50 @@ TOPIC_CONFIG_KEYS = {
     "min.cleanable.dirty.ratio",
     "min.compaction.lag.ms",
     "delete.retention.ms",
+    "min.insync.replicas",
+    "unclean.leader.election.enable",
 }
 """Settings a topic may override (everything else is the broker's)."""
 
 
+OFFSETS_TOPIC = "__consumer_offsets"
+"""The internal topic of committed offsets (see :mod:`mq.broker.offsets`)."""
+
+REPLICATION_CONFIG_KEYS = {"min.insync.replicas", "unclean.leader.election.enable"}
+"""Topic configs of the cluster rather than the log."""
+
+
 @dataclass
 class TopicInfo:
+    """A topic as the catalog file of earlier versions kept it."""
+
     name: str
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)
     topic_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     internal: bool = False
 
-    def log_config(self, defaults: LogConfig) -> LogConfig:
-        return topic_log_config(defaults, self.configs)
+
+def split_topic_configs(configs: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(log configs, replication configs) of a topic."""
+    log_part = {k: v for k, v in configs.items() if k not in REPLICATION_CONFIG_KEYS}
+    return log_part, {k: v for k, v in configs.items() if k in REPLICATION_CONFIG_KEYS}
 
 
 def topic_log_config(defaults: LogConfig, configs: dict[str, str]) -> LogConfig:
-    """The log settings of a topic: ``configs`` over the broker's defaults (checked)."""
+    """The log settings of a topic: ``configs`` over the broker's defaults (all checked)."""
     overrides: dict[str, Any] = {}
     for key, value in configs.items():
         if key not in TOPIC_CONFIG_KEYS:
             raise InvalidConfigError(f"unknown topic config {key!r}")
+        if key == "min.insync.replicas":
+            if not value.isdigit() or int(value) < 1:
+                raise InvalidConfigError(f"min.insync.replicas must be >= 1, got {value!r}")
+            continue
+        if key == "unclean.leader.election.enable":
+            if value not in ("true", "false"):
+                raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
+            continue
         if key in ("retention.ms", "retention.bytes") and value in ("-1", ""):
             overrides[key] = None
             continue
@@ -69,31 +88,21 @@ def topic_log_config(defaults: LogConfig, configs: dict[str, str]) -> LogConfig:
     return defaults.with_overrides(overrides)
 
 
-class Catalog:
-    """Every topic of the node, persisted in one small JSON file."""
+class LegacyCatalog:
+    """The ``topics.json`` of versions before the metadata store, read once to adopt it."""
 
-    def __init__(self, data_dir: Path, io: FileIO = DEFAULT_IO) -> None:
+    def __init__(self, data_dir: Path) -> None:
         self._path = data_dir / FILE_NAME
-        self._io = io
-        self.topics: dict[str, TopicInfo] = {}
 
-    def load(self) -> None:
+    def load(self) -> list[TopicInfo]:
         if not self._path.exists():
-            return
+            return []
         raw = json.loads(self._path.read_text())
         if raw.get("version") != FORMAT_VERSION:
             raise InvalidConfigError(f"{self._path}: unknown catalog version {raw.get('version')}")
-        self.topics = {t["name"]: TopicInfo(**t) for t in raw["topics"]}
+        return [TopicInfo(**t) for t in raw["topics"]]
 
-    def save(self) -> None:
-        body = {
-            "version": FORMAT_VERSION,
-            "topics": [vars(t) for t in sorted(self.topics.values(), key=lambda t: t.name)],
-        }
-        self._io.write_file_atomic(self._path, json.dumps(body, indent=1).encode())
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.topics
-
-    def get(self, name: str) -> TopicInfo | None:
-        return self.topics.get(name)
+    def retire(self) -> None:
+        """Keep the file, renamed, once its topics are in the store."""
+        if self._path.exists():
+            self._path.rename(self._path.with_name(FILE_NAME + ".adopted"))

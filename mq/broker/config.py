@@ -41,6 +41,28 @@ class BrokerConfig:
     cleaner_backoff_ms: int = 15_000
     """How often the log cleaner looks for compacted partitions to clean (Kafka's
     log.cleaner.backoff.ms)."""
+    metadata: str | None = None
+    """Where the cluster's metadata lives: ``etcd://HOST:PORT``, or None for the embedded
+    local store (``<data>/metadata.json``: a single node, no external service)."""
+    session_timeout_ms: int = 6_000
+    """Time to live of the broker's registration lease: a broker silent this long is
+    dead to the controller (Kafka's broker.session.timeout.ms)."""
+    default_replication_factor: int = 1
+    """Replicas of a topic created without a replication factor (capped by the live
+    brokers for auto-created and internal topics)."""
+    offsets_replication_factor: int = 3
+    """Replicas of ``__consumer_offsets`` (capped by the brokers alive when it is created)."""
+    min_insync_replicas: int = 1
+    """Default of the topic config ``min.insync.replicas`` (what acks=all requires)."""
+    replica_lag_time_max_ms: int = 10_000
+    """A follower that has not caught up for this long leaves the ISR."""
+    replica_fetch_wait_max_ms: int = 500
+    """How long a follower's fetch waits at the leader for new data."""
+    replica_fetch_max_bytes: int = 4 * MiB
+    """Bytes per replica fetch response (and per partition in it)."""
+    replication_catchup_bytes_per_s: int = 64 * MiB
+    """Bulkhead: the rate at which a leader serves followers outside the ISR (catching up),
+    so that a returning replica does not starve producers and consumers."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -48,6 +70,22 @@ class BrokerConfig:
             raise InvalidConfigError(f"port must be 0..65535, got {self.port}")
         if self.max_inflight_requests < 1 or self.default_partitions < 1:
             raise InvalidConfigError("max_inflight_requests and default_partitions must be >= 1")
+        if not 0 <= self.node_id < 1 << 31:
+            raise InvalidConfigError(f"node_id must be a non-negative int32, got {self.node_id}")
+        positive = (
+            "session_timeout_ms",
+            "default_replication_factor",
+            "offsets_replication_factor",
+            "min_insync_replicas",
+            "replica_lag_time_max_ms",
+            "replica_fetch_max_bytes",
+            "replication_catchup_bytes_per_s",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise InvalidConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.metadata is not None and not self.metadata.startswith("etcd://"):
+            raise InvalidConfigError(f"metadata must be etcd://HOST:PORT, got {self.metadata!r}")
 
     @classmethod
     def from_file(cls, path: Path, **overrides: Any) -> BrokerConfig:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mq.broker.broker import Broker
+from mq.broker.catalog import OFFSETS_TOPIC
 from mq.broker.offsets import CommittedOffset, OffsetStore
 from mq.errors import (
     FencedInstanceIdError,
@@ -93,8 +94,18 @@ class GroupCoordinator:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await self.offsets.start()
+        self.offsets.on_unload = self._unload
         self._task = asyncio.get_running_loop().create_task(self._expire_loop())
+        for partition in list(self._broker.partitions.values()):
+            if partition.topic == OFFSETS_TOPIC:
+                self.offsets.partition_changed(partition)
+        if self._broker.config.metadata is None:
+            await self.offsets.ensure_topic()  # a single node: at once, as before
+
+    def _unload(self, index: int) -> None:
+        """This broker no longer leads offsets partition ``index``: its groups move away."""
+        for group_id in [g for g in self.groups if self.offsets.partition_for(g) == index]:
+            del self.groups[group_id]
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -209,7 +220,7 @@ class GroupCoordinator:
         topics = group.topics.union(extra) if extra else group.topics
         counts = {}
         for topic in topics:
-            info = self._broker.catalog.get(topic)
+            info = self._broker.topic(topic)
             if info is not None:
                 counts[topic] = info.partitions
         return counts

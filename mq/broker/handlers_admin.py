@@ -10,14 +10,18 @@ from functools import partial
 from typing import Any
 
 from mq.broker.broker import CLUSTER_ID, Broker
-from mq.broker.catalog import TOPIC_CONFIG_KEYS, topic_log_config
+from mq.broker.catalog import TOPIC_CONFIG_KEYS, split_topic_configs, topic_log_config
 from mq.broker.context import RequestContext, set_error
+from mq.broker.catalog import OFFSETS_TOPIC
 from mq.errors import (
     InvalidTopicError,
+    LeaderNotAvailableError,
     MQError,
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
+from mq.replication.membership import BrokerInfo
+from mq.replication.placement import PartitionState
 from mq.storage.log import Log
 from mq.wire.apis_core import (
     AlterConfigsRequest,
@@ -40,6 +44,8 @@ from mq.wire.apis_core import (
     api_versions_body,
 )
 
+_NO_STATE = PartitionState((), -1, 0, ())
+
 
 def _failed(name: str, exc: MQError) -> dict[str, Any]:
     return {"name": name, "error": exc.code, "message": exc.message}
@@ -55,45 +61,52 @@ async def api_versions(
 
 
 async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -> MetadataResponse:
-    """This node as the only broker, leader and sole replica of every partition."""
-    node = broker.config.node_id
+    """Brokers, controller, and per partition leader, replicas and ISR, from the view."""
+    view = broker.view
     names = body["topics"]
     if names is None:
-        names = sorted(broker.catalog.topics)
+        names = sorted(view.topics)
     topics: list[MetadataTopic] = []
     for name in names:
         try:
-            info = broker.catalog.get(name)
+            info = view.topics.get(name)
             if info is None:
                 if not body["allow_auto_topic_creation"]:
                     raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-                info = broker.ensure_topic(name)
+                info = await broker.ensure_topic(name)
         except MQError as exc:
             topics.append({"name": name, "error": exc.code, "internal": False, "partitions": []})
             continue
         partitions: list[MetadataPartition] = []
         for index in range(info.partitions):
-            hosted = broker.partitions.get((name, index))
-            offline = hosted is None or hosted.log.offline is not None
+            state = view.partitions.get((name, index))
+            if state is None:
+                continue
+            offline = state.leader < 0
             partitions.append(
                 {
                     "partition": index,
-                    "error": 56 if offline else 0,
-                    "leader": -1 if offline else node,
-                    "leader_epoch": hosted.leader_epoch if hosted else 0,
-                    "replicas": [node],
-                    "isr": [] if offline else [node],
-                    "offline_replicas": [node] if offline else [],
+                    "error": LeaderNotAvailableError.code if offline else 0,
+                    "leader": state.leader,
+                    "leader_epoch": state.leader_epoch,
+                    "replicas": list(state.replicas),
+                    "isr": list(state.isr),
+                    "offline_replicas": [r for r in state.replicas if r not in view.brokers],
                 }
             )
         topics.append(
             {"name": name, "error": 0, "internal": info.internal, "partitions": partitions}
         )
+    brokers = dict(view.brokers)
     host, port = broker.advertised
+    brokers.setdefault(broker.node_id, BrokerInfo(broker.node_id, host, port))
     return {
         "cluster_id": CLUSTER_ID,
-        "controller_id": node,
-        "brokers": [{"node_id": node, "host": host, "port": port, "rack": None}],
+        "controller_id": view.controller.node_id if view.controller else -1,
+        "brokers": [
+            {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
+            for b in sorted(brokers.values())
+        ],
         "topics": topics,
     }
 
@@ -104,12 +117,14 @@ async def create_topics(
     response: CreateTopicsResponse = {"topics": []}
     for topic in body["topics"]:
         try:
-            info = broker.create_topic(
+            info = await broker.create_topic(
                 topic["name"],
                 topic["partitions"],
                 topic["replication_factor"],
                 topic["configs"],
                 validate_only=body["validate_only"],
+                internal=topic["name"] == OFFSETS_TOPIC,
+                cap_to_live=topic["name"] == OFFSETS_TOPIC,
             )
         except MQError as exc:
             response["topics"].append(_failed(topic["name"], exc))  # type: ignore[arg-type]
@@ -120,7 +135,10 @@ async def create_topics(
                 "error": 0,
                 "message": None,
                 "partitions": info.partitions,
-                "replication_factor": 1,
+                "replication_factor": len(
+                    broker.view.partitions.get((info.name, 0), _NO_STATE).replicas
+                )
+                or topic["replication_factor"],
             }
         )
     return response
@@ -146,18 +164,25 @@ async def describe_configs(
     """Every topic setting with its effective value, marking those left at the default."""
     response: DescribeConfigsResponse = {"topics": []}
     for topic in body["topics"]:
-        info = broker.catalog.get(topic["name"])
+        info = broker.topic(topic["name"])
         if info is None:
             exc = UnknownTopicOrPartitionError(f"topic {topic['name']!r} does not exist")
             response["topics"].append(_failed(topic["name"], exc))  # type: ignore[arg-type]
             continue
-        effective = topic_log_config(broker.config.log, info.configs)
+        log_configs, _ = split_topic_configs(info.configs)
+        effective = topic_log_config(broker.config.log, log_configs)
         entries: list[ConfigEntry] = []
         for key in sorted(TOPIC_CONFIG_KEYS):
             if topic["keys"] is not None and key not in topic["keys"]:
                 continue
-            value: Any = getattr(effective, key.replace(".", "_"))
-            value = getattr(value, "value", value)
+            value: Any
+            if key == "min.insync.replicas":
+                value = broker.min_insync_replicas(info)
+            elif key == "unclean.leader.election.enable":
+                value = info.configs.get(key, "false")
+            else:
+                value = getattr(effective, key.replace(".", "_"))
+                value = getattr(value, "value", value)
             entries.append(
                 {
                     "name": key,
@@ -201,12 +226,12 @@ async def delete_records(
             result: dict[str, Any] = {"partition": part["partition"], "error": 0, "message": None}
             results.append(result)
             try:
-                info = broker.catalog.get(topic["name"])
+                info = broker.topic(topic["name"])
                 if info is not None and info.internal:
                     raise InvalidTopicError(
                         f"records of internal topic {info.name} are the broker's"
                     )
-                partition = broker.partition(topic["name"], part["partition"])
+                partition = broker.leader_partition(topic["name"], part["partition"])
                 target = partition.high_watermark if part["offset"] == -1 else part["offset"]
                 if target > partition.high_watermark:
                     raise OffsetOutOfRangeError(

@@ -1,10 +1,12 @@
 """Handlers of the data path: produce, fetch (long poll), list_offsets.
 
 The broker's hot path. A produce hands each partition's batches to its writer
-*before the handler first awaits*, so two produces pipelined on one connection
-append in arrival order; the handler then waits for every partition's ack
-together. A fetch reads whole batches as memoryviews of the segment maps and
-hands them to the encoder: nothing here looks at a record.
+*before the handler first awaits* (unless it auto-creates a topic), so two
+produces pipelined on one connection append in arrival order; the handler then
+waits for every partition's ack together: the leader's write for acks=1, the
+high watermark for acks=-1. Only the leader of a partition serves it. A fetch
+reads whole batches as memoryviews of the segment maps and hands them to the
+encoder: nothing here looks at a record.
 """
 
 from __future__ import annotations
@@ -52,10 +54,13 @@ async def produce(broker: Broker, ctx: RequestContext, body: ProduceRequest) -> 
             }
             results.append(result)
             try:
-                if broker.ensure_topic(topic["name"]).internal:  # as Kafka: the broker's alone
+                found = broker.topic(topic["name"])
+                if found is None:  # auto-creation: only a topic's first produce waits here
+                    found = await broker.ensure_topic(topic["name"])
+                if found.internal:  # as Kafka: the broker's alone
                     raise InvalidTopicError(f"cannot append to internal topic {topic['name']}")
-                partition = broker.partition(topic["name"], part["partition"])
-                future = partition.append(part["records"])
+                partition = broker.leader_partition(topic["name"], part["partition"])
+                future = partition.append(part["records"], body["acks"])
                 future.add_done_callback(_seen)  # the answer may go before the append is done
                 pending.append((topic["name"], result, partition, future))
             except MQError as exc:
@@ -75,8 +80,8 @@ async def produce(broker: Broker, ctx: RequestContext, body: ProduceRequest) -> 
         elif failure is not None:
             raise failure
         else:
-            info = future.result()
-            result["base_offset"] = info.first_offset
+            appended = future.result()
+            result["base_offset"] = appended.first_offset
             # the partition appended to, even if its topic was deleted since
             result["log_start_offset"] = partition.log.log_start_offset
     return topics
@@ -107,7 +112,7 @@ def _fetch_once(
                 budget = max(0, budget - len(result["records"]))
                 continue
             try:
-                partition = broker.partition(*key)
+                partition = broker.leader_partition(*key, part["current_leader_epoch"])
                 result["high_watermark"] = partition.high_watermark
                 result["last_stable_offset"] = partition.high_watermark
                 result["log_start_offset"] = partition.log.log_start_offset
@@ -149,7 +154,7 @@ async def fetch(broker: Broker, ctx: RequestContext, body: FetchRequest) -> Fetc
         waiters = [
             broker.partitions[key].wait_for_data()
             for key, result in results.items()
-            if not result["error"] and key in broker.partitions
+            if not result["error"] and key in broker.partitions and broker.partitions[key].is_leader
         ]
         if not waiters:
             break
@@ -188,7 +193,9 @@ async def list_offsets(
             }
             results.append(result)
             try:
-                partition = broker.partition(topic["name"], part["partition"])
+                partition = broker.leader_partition(
+                    topic["name"], part["partition"], part["current_leader_epoch"]
+                )
                 result["leader_epoch"] = partition.leader_epoch
                 timestamp = part["timestamp"]
                 if timestamp == LATEST_TIMESTAMP:
@@ -211,6 +218,6 @@ async def init_producer_id(
 ) -> InitProducerIdResponse:
     """A new producer id (epoch 0), or the next epoch of the one the producer has."""
     if body["producer_id"] < 0:
-        return {"producer_id": broker.producer_ids.allocate(), "producer_epoch": 0}
-    pid, epoch = broker.producer_ids.bump(body["producer_id"], body["producer_epoch"])
+        return {"producer_id": await broker.producer_ids.allocate(), "producer_epoch": 0}
+    pid, epoch = await broker.producer_ids.bump(body["producer_id"], body["producer_epoch"])
     return {"producer_id": pid, "producer_epoch": epoch}

@@ -7,8 +7,9 @@ from typing import Any
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext, set_error
 from mq.broker.coordinator import GroupCoordinator
+from mq.broker.catalog import OFFSETS_TOPIC
 from mq.broker.offsets import MAX_METADATA_BYTES, CommittedOffset
-from mq.errors import MQError, OffsetMetadataTooLargeError
+from mq.errors import CoordinatorNotAvailableError, MQError, OffsetMetadataTooLargeError
 from mq.groups.assignors import TopicPartition, from_wire, to_wire
 from mq.wire.apis_groups import (
     DescribedGroup,
@@ -33,24 +34,34 @@ from mq.wire.apis_groups import (
 )
 
 
-def _coordinator(broker: Broker) -> GroupCoordinator:
+def _coordinator(broker: Broker, group_id: str | None = None) -> GroupCoordinator:
+    """The coordinator, checked to coordinate ``group_id`` here (NOT_COORDINATOR otherwise)."""
     coordinator = broker.coordinator
-    assert coordinator is not None, "the coordinator starts with the broker"
+    if coordinator is None:
+        raise CoordinatorNotAvailableError("the group coordinator is starting")
+    if group_id:
+        coordinator.offsets.require(group_id)
     return coordinator
 
 
 async def find_coordinator(
     broker: Broker, ctx: RequestContext, body: FindCoordinatorRequest
 ) -> FindCoordinatorResponse:
-    """This node: on a single node it leads every offsets partition."""
-    host, port = broker.advertised
-    return {"node_id": broker.config.node_id, "host": host, "port": port}
+    """The leader of the offsets partition the group hashes to (creating the topic first)."""
+    offsets = _coordinator(broker).offsets
+    await offsets.ensure_topic()
+    index = offsets.partition_for(body["key"])
+    leader = broker.view.leader_of(OFFSETS_TOPIC, index)
+    info = broker.view.brokers.get(leader) if leader is not None else None
+    if info is None:
+        raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC}-{index} has no live leader")
+    return {"node_id": info.node_id, "host": info.host, "port": info.port}
 
 
 async def join_group(
     broker: Broker, ctx: RequestContext, body: JoinGroupRequest
 ) -> JoinGroupResponse:
-    member, generation = _coordinator(broker).join(
+    member, generation = _coordinator(broker, body["group_id"]).join(
         body["group_id"],
         body["member_id"],
         body["group_instance_id"],
@@ -71,7 +82,7 @@ async def join_group(
 async def heartbeat(
     broker: Broker, ctx: RequestContext, body: HeartbeatRequest
 ) -> HeartbeatResponse:
-    view, generation, interval = _coordinator(broker).heartbeat(
+    view, generation, interval = _coordinator(broker, body["group_id"]).heartbeat(
         body["group_id"], body["member_id"], from_wire(body["owned"])
     )
     return {
@@ -85,7 +96,9 @@ async def heartbeat(
 async def leave_group(
     broker: Broker, ctx: RequestContext, body: LeaveGroupRequest
 ) -> LeaveGroupResponse:
-    _coordinator(broker).leave(body["group_id"], body["member_id"], body["group_instance_id"])
+    _coordinator(broker, body["group_id"]).leave(
+        body["group_id"], body["member_id"], body["group_instance_id"]
+    )
     return {}
 
 
@@ -112,7 +125,7 @@ async def offset_commit(
             )
             results.append(result)
     try:
-        await _coordinator(broker).commit(
+        await _coordinator(broker, body["group_id"]).commit(
             body["group_id"], body["member_id"], body["generation_id"], offsets
         )
     except MQError as exc:
@@ -124,7 +137,7 @@ async def offset_commit(
 async def offset_fetch(
     broker: Broker, ctx: RequestContext, body: OffsetFetchRequest
 ) -> OffsetFetchResponse:
-    committed = _coordinator(broker).offsets.committed(body["group_id"])
+    committed = _coordinator(broker, body["group_id"]).offsets.committed(body["group_id"])
     wanted: dict[str, list[int]] = {}
     if body["topics"] is None:
         for tp in sorted(committed):
@@ -157,6 +170,21 @@ async def describe_groups(
     coordinator = _coordinator(broker)
     response: DescribeGroupsResponse = {"groups": []}
     for group_id in body["groups"]:
+        try:
+            coordinator.offsets.require(group_id)
+        except MQError as exc:
+            failed: DescribedGroup = {
+                "group_id": group_id,
+                "error": exc.code,
+                "message": exc.message,
+                "state": "Dead",
+                "assignor": "",
+                "generation_id": -1,
+                "members": [],
+                "offsets": [],
+            }
+            response["groups"].append(failed)
+            continue
         group = coordinator.groups.get(group_id)
         members: list[Any] = []
         assignor, generation = "", -1

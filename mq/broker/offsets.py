@@ -8,29 +8,43 @@ start the store reads every partition once and keeps the result in memory;
 answers to offset_fetch come from there.
 
 Because the offsets live in a topic, they get the same durability as user
-data (the writer's flush policy, and replication once it exists), and the
-group coordinator can move with that partition's leader.
+data (replicated; a commit is acknowledged with acks=all), and the group
+coordinator moves with that partition's leader: the broker leading offsets
+partition ``p`` coordinates the groups that hash to ``p``.
 
 Thread safety: one event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 import zlib
+from collections.abc import Callable
 from typing import NamedTuple
 
 import msgpack
 
 from mq.broker.broker import Broker
-from mq.errors import CorruptRecordError, TopicAlreadyExistsError
+from mq.broker.catalog import OFFSETS_TOPIC
+from mq.broker.partition import Partition
+from mq.errors import (
+    CoordinatorLoadInProgressError,
+    CorruptRecordError,
+    MQError,
+    NotCoordinatorError,
+    TopicAlreadyExistsError,
+    error_for_code,
+)
 from mq.groups.assignors import TopicPartition
 from mq.storage.records import RecordInput, build_batch, decode_records
+from mq.storage.segment import Slice
+from mq.wire.apis_core import CREATE_TOPICS
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_KEY = 0
 """Key type of an offset commit (other key types are reserved for group metadata)."""
 MAX_METADATA_BYTES = 4096
@@ -49,58 +63,128 @@ class CommittedOffset(NamedTuple):
 
 
 class OffsetStore:
-    """Group → partition → committed offset, persisted in ``__consumer_offsets``."""
+    """Group → partition → committed offset, persisted in ``__consumer_offsets``.
+
+    Only the groups of the offsets partitions this broker leads are held: a
+    partition is loaded (read once from its log) when this broker becomes its
+    leader, and forgotten when it stops leading it.
+    """
 
     def __init__(self, broker: Broker, partitions: int) -> None:
         self._broker = broker
-        self._partitions = partitions
+        self._default_partitions = partitions
         self._offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        self.loaded: set[int] = set()
+        self._loading: dict[int, asyncio.Task[None]] = {}
+        self.on_unload: Callable[[int], None] | None = None
+        """Called with an offsets partition's index when this broker stops leading it."""
 
-    async def start(self) -> None:
-        """Create the topic on first start, then load every commit in it."""
+    @property
+    def partitions(self) -> int:
+        topic = self._broker.topic(OFFSETS_TOPIC)
+        return topic.partitions if topic is not None else self._default_partitions
+
+    async def ensure_topic(self) -> None:
+        """Create the topic if it does not exist yet (on the controller)."""
+        if self._broker.topic(OFFSETS_TOPIC) is not None:
+            return
+        if self._broker.is_controller:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                await self._broker.create_topic(
+                    OFFSETS_TOPIC,
+                    self._default_partitions,
+                    self._broker.config.offsets_replication_factor,
+                    self.topic_configs(),
+                    internal=True,
+                    cap_to_live=True,
+                )
+            return
+        body = {
+            "topics": [
+                {
+                    "name": OFFSETS_TOPIC,
+                    "partitions": self._default_partitions,
+                    "replication_factor": self._broker.config.offsets_replication_factor,
+                    "configs": self.topic_configs(),
+                }
+            ],
+            "timeout_ms": 10_000,
+            "validate_only": False,
+        }
+        response = await self._broker.peers.call_controller(CREATE_TOPICS, body)
+        error = response["topics"][0]["error"]
+        if error and error != TopicAlreadyExistsError.code:
+            raise error_for_code(error)(response["topics"][0]["message"] or "")
+        await self._broker.wait_for_view(lambda: self._broker.topic(OFFSETS_TOPIC) is not None)
+
+    def topic_configs(self) -> dict[str, str]:
+        segment_bytes = min(SEGMENT_BYTES, self._broker.config.log.segment_bytes)
+        return {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
+
+    def partition_changed(self, partition: Partition) -> None:
+        """The replica of an offsets partition here changed role (or went)."""
+        index = partition.index
+        leads = (
+            partition.is_leader and self._broker.partitions.get((OFFSETS_TOPIC, index)) is partition
+        )
+        if leads and index not in self.loaded and index not in self._loading:
+            task = asyncio.get_running_loop().create_task(self._load_task(partition))
+            self._loading[index] = task
+        elif not leads and (index in self.loaded or index in self._loading):
+            loading = self._loading.pop(index, None)
+            if loading is not None:
+                loading.cancel()
+            self._unload(index)
+
+    async def _load_task(self, partition: Partition) -> None:
         try:
-            segment_bytes = min(SEGMENT_BYTES, self._broker.config.log.segment_bytes)
-            configs = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
-            self._broker.create_topic(OFFSETS_TOPIC, self._partitions, 1, configs, internal=True)
-        except TopicAlreadyExistsError:
-            pass
-        info = self._broker.catalog.get(OFFSETS_TOPIC)
-        assert info is not None
-        self._partitions = info.partitions
-        loaded = sum(self._load(index) for index in range(self._partitions))
-        log.info("loaded %d offset commits of %d groups", loaded, len(self._offsets))
+            count = await self._load(partition)
+        except MQError as exc:
+            log.error("loading %s: %s", partition.name, exc)
+            self._loading.pop(partition.index, None)
+            return
+        if self._loading.pop(partition.index, None) is None:
+            return  # unloaded meanwhile
+        self.loaded.add(partition.index)
+        log.info("loaded %d offset commits from %s", count, partition.name)
 
-    def _load(self, index: int) -> int:
-        partition = self._broker.partition(OFFSETS_TOPIC, index)
-        offset, count = partition.log.log_start_offset, 0
-        while (found := partition.read(offset, LOAD_READ_BYTES)) is not None:
+    def _unload(self, index: int) -> None:
+        self.loaded.discard(index)
+        for group in [g for g in self._offsets if self.partition_for(g) == index]:
+            del self._offsets[group]
+        if self.on_unload is not None:
+            self.on_unload(index)
+
+    def require(self, group: str) -> None:
+        """Raise unless this broker coordinates ``group`` now."""
+        index = self.partition_for(group)
+        if index in self.loaded:
+            return
+        if index in self._loading:
+            raise CoordinatorLoadInProgressError(f"group {group}: loading its offsets")
+        raise NotCoordinatorError(f"this broker does not coordinate group {group}")
+
+    async def _load(self, partition: Partition) -> int:
+        """Every commit of the partition, a chunk at a time (others are served meanwhile)."""
+        offset, count, end = partition.log.log_start_offset, 0, partition.local_end
+        found: Slice | None
+        loaded: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        while (found := partition.log.read(offset, LOAD_READ_BYTES, end)) is not None:
             data, pos = found.data, 0
             while pos < len(data):
                 size = int.from_bytes(data[pos + 8 : pos + 12], "big") + 12
                 for record in decode_records(data[pos : pos + size]):
-                    count += self._apply(record.key, record.value)
+                    count += _apply(loaded, record.key, record.value)
                 pos += size
             offset = found.next_offset
             del data, found
+            await asyncio.sleep(0)
+        self._offsets.update(loaded)
         return count
-
-    def _apply(self, key: bytes | None, value: bytes | None) -> int:
-        try:
-            kind, group, topic, partition = msgpack.unpackb(key or b"")
-            if kind != OFFSET_KEY:
-                return 0
-            tp = TopicPartition(topic, partition)
-            if value is None:
-                self._offsets.get(group, {}).pop(tp, None)
-            else:
-                self._offsets.setdefault(group, {})[tp] = CommittedOffset(*msgpack.unpackb(value))
-        except (ValueError, TypeError, msgpack.UnpackException) as exc:
-            raise CorruptRecordError(f"bad record in {OFFSETS_TOPIC}: {exc}") from exc
-        return 1
 
     def partition_for(self, group: str) -> int:
         """The offsets partition (and so the coordinator) of a group: stable across restarts."""
-        return zlib.crc32(group.encode()) % self._partitions
+        return zlib.crc32(group.encode()) % self.partitions
 
     async def commit(self, group: str, offsets: dict[TopicPartition, CommittedOffset]) -> None:
         """Append the commits as one batch; they count once the append is acknowledged."""
@@ -116,8 +200,9 @@ class OffsetStore:
             )
             for tp, c in offsets.items()
         ]
-        partition = self._broker.partition(OFFSETS_TOPIC, self.partition_for(group))
-        await partition.append(build_batch(records))
+        self.require(group)
+        partition = self._broker.leader_partition(OFFSETS_TOPIC, self.partition_for(group))
+        await partition.append(build_batch(records), acks=-1)
         self._offsets.setdefault(group, {}).update(offsets)
 
     def committed(self, group: str) -> dict[TopicPartition, CommittedOffset]:
@@ -125,3 +210,20 @@ class OffsetStore:
 
     def groups(self) -> list[str]:
         return [group for group, offsets in self._offsets.items() if offsets]
+
+
+def _apply(
+    into: dict[str, dict[TopicPartition, CommittedOffset]], key: bytes | None, value: bytes | None
+) -> int:
+    try:
+        kind, group, topic, partition = msgpack.unpackb(key or b"")
+        if kind != OFFSET_KEY:
+            return 0
+        tp = TopicPartition(topic, partition)
+        if value is None:
+            into.get(group, {}).pop(tp, None)
+        else:
+            into.setdefault(group, {})[tp] = CommittedOffset(*msgpack.unpackb(value))
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise CorruptRecordError(f"bad record in {OFFSETS_TOPIC}: {exc}") from exc
+    return 1

@@ -1,13 +1,20 @@
-"""A hosted partition: its log, its writer task, its high watermark, its waiters.
+"""A hosted partition: its log, its writer task, its role, its high watermark, its waiters.
 
 The third storage layer (Segment → Log → Partition): what the broker adds to a
-log. On a single node the partition leads and its in-sync replicas are itself,
-so the high watermark is the log end offset as soon as an append has met its
-flush policy; replication (``mq.replication``) replaces that rule with the
-minimum log end offset over the ISR.
+log. The metadata store says who leads (:meth:`Partition.apply_state`):
+
+* **leader**: takes producers' appends in its leader epoch and serves
+  consumers below the high watermark, which a
+  :class:`~mq.replication.tracker.ReplicaTracker` moves as followers fetch
+  (with no follower in the ISR it is the log end as soon as an append has met
+  its flush policy). acks=all appends complete when the high watermark covers
+  them (:meth:`append`);
+* **follower**: appends what a replica fetcher brings from the leader, with the
+  leader's offsets, and serves no client;
+* **offline**: no live replica may lead; it serves nothing.
 
 Long polls: a fetch that wants more data than there is waits on
-:meth:`Partition.wait_for_data`, which every append wakes.
+:meth:`Partition.wait_for_data`, which every append and high-watermark move wakes.
 
 Thread safety: one event loop; every method is called from it.
 """
@@ -15,60 +22,295 @@ Thread safety: one event loop; every method is called from it.
 from __future__ import annotations
 
 import asyncio
+import enum
+import heapq
+import itertools
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+from mq.errors import (
+    FencedLeaderEpochError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+)
+from mq.replication.placement import PartitionState
+from mq.replication.tracker import ReplicaTracker
 from mq.storage.config import LogConfig
 from mq.storage.log import AppendInfo, Log
 from mq.storage.segment import Slice
 from mq.storage.writer import LogWriter
 
 
-class Partition:
-    """One topic-partition hosted (and led) by this broker."""
+class Role(enum.Enum):
+    LEADER = "leader"
+    FOLLOWER = "follower"
+    OFFLINE = "offline"
 
-    def __init__(self, topic: str, index: int, log: Log) -> None:
+
+_sequence = itertools.count()
+
+
+def now_ms() -> float:
+    return time.monotonic() * 1000
+
+
+class Partition:
+    """One topic-partition this broker holds a replica of."""
+
+    def __init__(self, topic: str, index: int, log: Log, node_id: int = 0) -> None:
         self.topic = topic
         self.index = index
         self.log = log
+        self.node_id = node_id
+        self.role = Role.OFFLINE
+        self.state: PartitionState | None = None
+        self.state_revision = -1
+        """Revision of the metadata-store write :attr:`state` comes from."""
         self.leader_epoch = 0
-        self.high_watermark = log.next_offset
+        self.min_insync_replicas = 1
+        self.local_end = log.next_offset
+        """The log end as far as acknowledgements go (appends that met the flush policy)."""
+        self.high_watermark = log.log_start_offset
+        """Consumers read below it. A replica learns it from its leader, or as leader
+        from its followers' fetches: it starts low and catches up at the first round."""
+        self.tracker: ReplicaTracker | None = None
         self._waiters: set[asyncio.Future[None]] = set()
+        self._acks: list[tuple[int, int, asyncio.Future[AppendInfo], AppendInfo]] = []
+        """acks=all appends waiting for the high watermark: (last offset, seq, future, info)."""
         self.writer = LogWriter(log, on_append=self._appended)
 
     @classmethod
-    def open(cls, data_dir: Path, topic: str, index: int, config: LogConfig) -> Partition:
-        return cls(topic, index, Log.open(data_dir / f"{topic}-{index}", config))
+    def open(
+        cls, data_dir: Path, topic: str, index: int, config: LogConfig, node_id: int = 0
+    ) -> Partition:
+        return cls(topic, index, Log.open(data_dir / f"{topic}-{index}", config), node_id)
 
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.index}"
 
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    @property
+    def isr(self) -> frozenset[int]:
+        return self.tracker.isr if self.tracker is not None else frozenset()
+
     def start(self) -> None:
         self.writer.start()
 
-    def append(self, data: bytes | bytearray | memoryview) -> asyncio.Future[AppendInfo]:
-        """Queue a producer's batches now (in call order); the future completes on ack."""
-        return self.writer.submit_append(data, leader_epoch=self.leader_epoch)
+    # -- roles ------------------------------------------------------------------------
+
+    def apply_state(self, state: PartitionState, revision: int) -> bool:
+        """Take the role ``state`` gives this node; False if ``revision`` is not newer."""
+        if revision <= self.state_revision:
+            return False
+        self.state, self.state_revision = state, revision
+        if state.leader == self.node_id:
+            if self.role is not Role.LEADER or self.leader_epoch != state.leader_epoch:
+                self._lead(state)
+            else:
+                assert self.tracker is not None
+                if self.tracker.set_isr(state.isr, state.replicas, now_ms()):
+                    self._high_watermark_moved()
+        else:
+            self._step_down(Role.FOLLOWER if state.leader >= 0 else Role.OFFLINE)
+            self.leader_epoch = state.leader_epoch
+        return True
+
+    def _lead(self, state: PartitionState) -> None:
+        self._step_down(Role.LEADER)
+        self.leader_epoch = state.leader_epoch
+        if state.leader_epoch > self.log.epochs.latest_epoch:
+            epoch = state.leader_epoch
+            self.writer_call_nowait(lambda log_: log_.begin_epoch(epoch))
+        self.tracker = ReplicaTracker(
+            self.node_id,
+            state.replicas,
+            state.isr,
+            leader_end=self.local_end,
+            high_watermark=self.high_watermark,
+            epoch_start=self.local_end,
+            now_ms=now_ms(),
+        )
+        self.high_watermark = self.tracker.high_watermark
+        self._wake()
+
+    def _step_down(self, role: Role) -> None:
+        """Leave the leader role (if held): pending acks=all fail, the client retries."""
+        self.role = role
+        self.tracker = None
+        acks, self._acks = self._acks, []
+        for *_, future, _info in acks:
+            if not future.done():
+                future.set_exception(
+                    NotLeaderOrFollowerError(f"{self.name}: leadership moved before the ack")
+                )
+        self._wake()
+
+    def writer_call_nowait(self, fn: Callable[[Log], object]) -> None:
+        """Queue ``fn(log)`` in the writer's order without waiting for it."""
+        future = self.writer.submit_call(fn)
+        future.add_done_callback(_retrieve)
+
+    def require_leader(self, current_leader_epoch: int = -1) -> None:
+        """Raise unless this replica leads (in ``current_leader_epoch`` when one is given)."""
+        if self.role is not Role.LEADER:
+            raise NotLeaderOrFollowerError(f"this broker does not lead {self.name}")
+        if current_leader_epoch >= 0 and current_leader_epoch != self.leader_epoch:
+            if current_leader_epoch < self.leader_epoch:
+                raise FencedLeaderEpochError(
+                    f"{self.name}: epoch {current_leader_epoch} is older than "
+                    f"the leader's {self.leader_epoch}"
+                )
+            raise UnknownLeaderEpochError(
+                f"{self.name}: epoch {current_leader_epoch} is newer than this leader's "
+                f"{self.leader_epoch}"
+            )
+
+    # -- the leader's data path ------------------------------------------------------------
+
+    def append(
+        self, data: bytes | bytearray | memoryview, acks: int = 1
+    ) -> asyncio.Future[AppendInfo]:
+        """Queue a producer's batches now (in call order); the future completes on ack.
+
+        acks=1 (and 0): once the leader has it (the flush policy met). acks=-1:
+        once the high watermark covers it, refused at once if the ISR is smaller
+        than ``min.insync.replicas``.
+        """
+        self.require_leader()
+        if acks == -1 and len(self.isr) < self.min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"{self.name} has {len(self.isr)} in-sync replicas, "
+                f"min.insync.replicas is {self.min_insync_replicas}"
+            )
+        appended = self.writer.submit_append(data, leader_epoch=self.leader_epoch)
+        if acks != -1:
+            return appended
+        acked: asyncio.Future[AppendInfo] = asyncio.get_running_loop().create_future()
+        epoch = self.leader_epoch
+        appended.add_done_callback(lambda done: self._appended_for_ack(done, acked, epoch))
+        return acked
+
+    def _appended_for_ack(
+        self, appended: asyncio.Future[AppendInfo], acked: asyncio.Future[AppendInfo], epoch: int
+    ) -> None:
+        if acked.done():
+            return
+        if appended.cancelled():
+            acked.cancel()
+            return
+        failure = appended.exception()
+        if failure is not None:
+            acked.set_exception(failure)
+            return
+        info = appended.result()
+        if self.role is not Role.LEADER or self.leader_epoch != epoch:
+            acked.set_exception(NotLeaderOrFollowerError(f"{self.name}: leadership moved"))
+        elif info.last_offset < self.high_watermark:
+            self._complete_ack(acked, info)
+        else:
+            heapq.heappush(self._acks, (info.last_offset, next(_sequence), acked, info))
+
+    def _complete_ack(self, acked: asyncio.Future[AppendInfo], info: AppendInfo) -> None:
+        if acked.done():
+            return
+        if len(self.isr) < self.min_insync_replicas:
+            acked.set_exception(
+                NotEnoughReplicasAfterAppendError(
+                    f"{self.name}: written, but the ISR shrank below min.insync.replicas"
+                )
+            )
+        else:
+            acked.set_result(info)
 
     def _appended(self, info: AppendInfo) -> None:
-        self.high_watermark = max(self.high_watermark, info.last_offset + 1)
-        waiters, self._waiters = self._waiters, set()
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        self.local_end = max(self.local_end, info.last_offset + 1)
+        if self.tracker is not None and self.tracker.leader_appended(self.local_end):
+            self._high_watermark_moved()
+        else:
+            self._wake()
+
+    def follower_fetched(self, node: int, fetch_offset: int) -> None:
+        """A follower asked for ``fetch_offset``: its log end (moves the high watermark)."""
+        if self.tracker is not None and self.tracker.follower_fetched(node, fetch_offset, now_ms()):
+            self._high_watermark_moved()
+
+    def caught_up(self) -> set[int]:
+        """Followers outside the ISR that may rejoin it."""
+        return self.tracker.caught_up() if self.tracker is not None else set()
+
+    def lagging(self, lag_max_ms: float) -> set[int]:
+        """ISR followers that have not caught up for ``lag_max_ms``."""
+        return self.tracker.lagging(now_ms(), lag_max_ms) if self.tracker is not None else set()
+
+    def _high_watermark_moved(self) -> None:
+        assert self.tracker is not None
+        self.high_watermark = self.tracker.high_watermark
+        while self._acks and self._acks[0][0] < self.high_watermark:
+            _, _, acked, info = heapq.heappop(self._acks)
+            self._complete_ack(acked, info)
+        self._wake()
 
     def read(self, offset: int, max_bytes: int) -> Slice | None:
         """What a consumer may see: whole batches below the high watermark."""
         return self.log.read(offset, max_bytes, self.high_watermark)
 
+    def read_for_follower(self, offset: int, max_bytes: int) -> Slice | None:
+        """What a follower may copy: whole acknowledged batches (up to the local log end)."""
+        return self.log.read(offset, max_bytes, self.local_end)
+
+    # -- the follower's data path ---------------------------------------------------------
+
+    async def append_replicated(self, data: bytes | bytearray | memoryview) -> AppendInfo:
+        return await self.writer.append_replicated(data)
+
+    async def truncate_to(self, offset: int) -> None:
+        """Drop what this replica has at or after ``offset`` (it diverged from the leader)."""
+        await self.writer.call(lambda log_: log_.truncate_to(offset))
+        self.local_end = self.log.next_offset
+        self.high_watermark = min(self.high_watermark, self.local_end)
+
+    async def reset_to(self, offset: int) -> None:
+        """Empty this replica and restart it at ``offset`` (it fell below the leader's start)."""
+        await self.writer.call(lambda log_: log_.reset_to(offset))
+        self.local_end = self.log.next_offset
+        self.high_watermark = self.local_end
+
+    async def advance_log_start(self, offset: int) -> None:
+        """Follow the leader's log start (delete_records, retention) as far as this log goes."""
+        await self.writer.call(lambda log_: log_.advance_log_start(min(offset, log_.next_offset)))
+
+    def follow_high_watermark(self, leader_high_watermark: int) -> None:
+        self.high_watermark = min(leader_high_watermark, self.local_end)
+
+    # -- waiting -----------------------------------------------------------------------------
+
     def wait_for_data(self) -> asyncio.Future[None]:
-        """A future that completes at the next append (cancel it when done waiting)."""
+        """A future that completes at the next append or move of the high watermark."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.add(waiter)
         waiter.add_done_callback(self._waiters.discard)
         return waiter
 
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
     async def close(self) -> None:
+        self._step_down(Role.OFFLINE)
         for waiter in self._waiters:
             waiter.cancel()
         await self.writer.close()
+
+
+def _retrieve(future: asyncio.Future[object]) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -1,47 +1,68 @@
-"""Producer ids for idempotent producers: unique for the life of the data directory.
+"""Producer ids for idempotent producers: unique across the cluster, for its whole life.
 
-Ids are handed out from blocks; the start of the next block is written to
-``<data>/producer-ids`` (atomically, synced) *before* any id of the current
-block is used, so a crash can skip ids but never repeat one.
+Each broker takes blocks of ids from the metadata store: the key
+``/producer_ids`` holds the start of the next free block, advanced by
+compare-and-swap, so two brokers never get the same block and a crash only
+skips ids. A data directory from before the metadata store kept its next id
+in ``<data>/producer-ids``; the first block starts past it.
 """
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
-from mq.storage.fileio import DEFAULT_IO, FileIO
+import msgpack
 
-FILE_NAME = "producer-ids"
+from mq.errors import MQError
+from mq.replication.store import Compare, MetadataStore, Put
+
+KEY = "/producer_ids"
+LEGACY_FILE = "producer-ids"
 BLOCK_SIZE = 1000
-"""Ids reserved per write of the file: one sync per thousand producers."""
+"""Ids reserved per write of the store: one round trip per thousand producers."""
 MAX_EPOCH = 32_767
 """producerEpoch is an int16 in the batch header."""
+ATTEMPTS = 20
 
 
 class ProducerIdAllocator:
-    def __init__(self, data_dir: Path, io: FileIO = DEFAULT_IO) -> None:
-        self._path = data_dir / FILE_NAME
-        self._io = io
+    def __init__(self, store: MetadataStore, data_dir: Path) -> None:
+        self._store = store
+        self._legacy = data_dir / LEGACY_FILE
         self._next = 0
         self._block_end = 0
+        self._lock = asyncio.Lock()
 
-    def allocate(self) -> int:
-        if self._next >= self._block_end:
-            start = max(self._read(), self._block_end)
-            self._io.write_file_atomic(self._path, f"{start + BLOCK_SIZE}\n".encode())
-            self._next, self._block_end = start, start + BLOCK_SIZE
-        pid = self._next
-        self._next += 1
-        return pid
+    async def allocate(self) -> int:
+        async with self._lock:
+            if self._next >= self._block_end:
+                self._next = await self._take_block()
+                self._block_end = self._next + BLOCK_SIZE
+            pid = self._next
+            self._next += 1
+            return pid
 
-    def _read(self) -> int:
+    async def _take_block(self) -> int:
+        for _ in range(ATTEMPTS):
+            entry = await self._store.get(KEY)
+            start = int(msgpack.unpackb(entry.value)) if entry else self._legacy_next()
+            revision = entry.mod_revision if entry else 0
+            done = await self._store.commit(
+                [Compare(KEY, revision)], [Put(KEY, msgpack.packb(start + BLOCK_SIZE))]
+            )
+            if done is not None:
+                return start
+        raise MQError("could not reserve producer ids: the store kept changing")
+
+    def _legacy_next(self) -> int:
         try:
-            return int(self._path.read_text().strip() or 0)
-        except FileNotFoundError:
+            return int(self._legacy.read_text().strip() or 0)
+        except (FileNotFoundError, ValueError):
             return 0
 
-    def bump(self, producer_id: int, epoch: int) -> tuple[int, int]:
+    async def bump(self, producer_id: int, epoch: int) -> tuple[int, int]:
         """The next epoch of an existing id (a new id once the epoch would overflow)."""
         if producer_id < 0 or epoch + 1 > MAX_EPOCH:
-            return self.allocate(), 0
+            return await self.allocate(), 0
         return producer_id, max(epoch, -1) + 1

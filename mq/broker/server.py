@@ -22,13 +22,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from mq.broker import handlers_admin, handlers_data, handlers_groups
+from mq.broker import handlers_admin, handlers_data, handlers_groups, handlers_replication
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext
 from mq.broker.coordinator import GroupCoordinator
 from mq.broker.offsets import OffsetStore
 from mq.errors import MQError, ProtocolError, UnsupportedVersionError
-from mq.wire import apis_core, apis_data, apis_groups
+from mq.wire import apis_core, apis_data, apis_groups, apis_replication
 from mq.wire.frames import FrameDecoder
 from mq.wire.messages import (
     Request,
@@ -37,23 +37,43 @@ from mq.wire.messages import (
     encode_response,
     unpack_request,
 )
+from mq.wire.registry import Api
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Broker, RequestContext, Any], Awaitable[Any]]
 
+
+def on_controller(api: Api[Any, Any], handler: Handler) -> Handler:
+    """``handler`` where this broker is the controller; elsewhere the request is forwarded."""
+
+    async def run(broker: Broker, ctx: RequestContext, body: Any) -> Any:
+        if broker.is_controller:
+            return await handler(broker, ctx, body)
+        return await broker.peers.call_controller(api, body)
+
+    return run
+
+
 HANDLERS: dict[int, Handler] = {
     apis_core.API_VERSIONS.key: handlers_admin.api_versions,
     apis_core.METADATA.key: handlers_admin.metadata,
-    apis_core.CREATE_TOPICS.key: handlers_admin.create_topics,
-    apis_core.DELETE_TOPICS.key: handlers_admin.delete_topics,
+    apis_core.CREATE_TOPICS.key: on_controller(
+        apis_core.CREATE_TOPICS, handlers_admin.create_topics
+    ),
+    apis_core.DELETE_TOPICS.key: on_controller(
+        apis_core.DELETE_TOPICS, handlers_admin.delete_topics
+    ),
     apis_core.DESCRIBE_CONFIGS.key: handlers_admin.describe_configs,
-    apis_core.ALTER_CONFIGS.key: handlers_admin.alter_configs,
+    apis_core.ALTER_CONFIGS.key: on_controller(
+        apis_core.ALTER_CONFIGS, handlers_admin.alter_configs
+    ),
     apis_core.DELETE_RECORDS.key: handlers_admin.delete_records,
     apis_data.PRODUCE.key: handlers_data.produce,
     apis_data.FETCH.key: handlers_data.fetch,
     apis_data.LIST_OFFSETS.key: handlers_data.list_offsets,
     apis_data.INIT_PRODUCER_ID.key: handlers_data.init_producer_id,
+    apis_replication.REPLICA_FETCH.key: handlers_replication.replica_fetch,
     apis_groups.FIND_COORDINATOR.key: handlers_groups.find_coordinator,
     apis_groups.JOIN_GROUP.key: handlers_groups.join_group,
     apis_groups.HEARTBEAT.key: handlers_groups.heartbeat,
@@ -188,20 +208,24 @@ class Server:
         self._server: asyncio.Server | None = None
 
     async def start(self) -> tuple[str, int]:
-        """Start the broker and listen; returns the address actually bound (port 0 → free port)."""
-        await self.broker.start()
+        """Start the broker and listen; returns the address actually bound (port 0 → free port).
+
+        The broker joins the cluster (registers, campaigns for controller) only
+        once it listens: its registration carries the address clients get.
+        """
         config = self.broker.config
         coordinator = GroupCoordinator(
             self.broker, OffsetStore(self.broker, config.offsets_partitions)
         )
-        await coordinator.start()
         self.broker.coordinator = coordinator
+        await self.broker.start()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Connection(self), config.host, config.port, reuse_address=True, backlog=1024
         )
         host, port = self._server.sockets[0].getsockname()[:2]
-        self.broker.advertised = (config.host, port)
+        await self.broker.join((config.host, port))
+        await coordinator.start()
         log.info("mq broker %d listening on %s:%d", config.node_id, host, port)
         return config.host, port
 

@@ -10,13 +10,14 @@
 Every method raises the broker's error for what it asked (a per-topic or
 per-partition error code turned into its :mod:`mq.errors` class). Group
 requests go to the group's coordinator, topic requests to any broker,
-record and offset requests to each partition's leader.
+record and offset requests to each partition's leader; reassignments and
+leader elections to any broker, which hands them to the controller.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
@@ -24,7 +25,18 @@ from typing import Any, Literal
 from mq.client.client import Client
 from mq.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, by_topic, list_offsets
 from mq.client.types import TopicPartition
-from mq.errors import MQError, UnknownTopicOrPartitionError, error_for_code
+from mq.errors import (
+    ElectionNotNeededError,
+    MQError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from mq.wire.apis_cluster import (
+    ALTER_PARTITION_REASSIGNMENTS,
+    ELECT_LEADERS,
+    LIST_PARTITION_REASSIGNMENTS,
+    TopicPartitionResults,
+)
 from mq.wire.apis_core import (
     ALTER_CONFIGS,
     CREATE_TOPICS,
@@ -52,6 +64,30 @@ class TopicDescription:
     internal: bool
     partitions: list[PartitionDescription]
     configs: dict[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    """The live brokers, the controller and every topic's partitions (internal ones too)."""
+
+    cluster_id: str | None
+    controller_id: int
+    brokers: list[int]
+    topics: dict[str, list[PartitionDescription]]
+
+
+@dataclass(frozen=True)
+class PartitionReassignment:
+    """A move of a partition in progress: ``replicas`` lists the target's replicas first,
+    then those being removed."""
+
+    replicas: tuple[int, ...]
+    adding: tuple[int, ...]
+    removing: tuple[int, ...]
+
+    @property
+    def target(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing)
 
 
 @dataclass(frozen=True)
@@ -93,6 +129,36 @@ class GroupDescription:
 def _raise_for(code: int, message: str | None) -> None:
     if code:
         raise error_for_code(code)(message)
+
+
+def _by_topic_body(items: Iterable[tuple[TopicPartition, dict[str, Any]]]) -> list[Any]:
+    """``[{"name": topic, "partitions": [fields, ...]}, ...]`` from (partition, fields) pairs."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp, fields in items:
+        topics.setdefault(tp.topic, []).append({"partition": tp.partition, **fields})
+    return [{"name": name, "partitions": parts} for name, parts in topics.items()]
+
+
+def _named(partitions: Iterable[TopicPartition] | None) -> list[dict[str, Any]] | None:
+    """``[{"name": topic, "partitions": [index, ...]}, ...]``, or None for None (all)."""
+    if partitions is None:
+        return None
+    topics: dict[str, list[int]] = {}
+    for tp in partitions:
+        topics.setdefault(tp.topic, []).append(tp.partition)
+    return [{"name": name, "partitions": parts} for name, parts in topics.items()]
+
+
+def _partition_results(
+    topics: list[TopicPartitionResults],
+) -> dict[TopicPartition, MQError | None]:
+    return {
+        TopicPartition(t["name"], p["partition"]): (
+            error_for_code(p["error"])(p["message"]) if p["error"] else None
+        )
+        for t in topics
+        for p in t["partitions"]
+    }
 
 
 class Admin:
@@ -225,6 +291,91 @@ class Admin:
         response = await self._client.call_any(ALTER_CONFIGS, body)
         for result in response["topics"]:
             _raise_for(result["error"], result["message"])
+
+    async def describe_cluster(self) -> ClusterDescription:
+        """The live brokers, the controller, and the partitions of every topic."""
+        response = await self._client.fetch_all_metadata()
+        topics = {
+            t["name"]: [
+                PartitionDescription(
+                    p["partition"],
+                    p["leader"],
+                    p["leader_epoch"],
+                    tuple(p["replicas"]),
+                    tuple(p["isr"]),
+                    tuple(p["offline_replicas"]),
+                )
+                for p in sorted(t["partitions"], key=lambda p: p["partition"])
+            ]
+            for t in sorted(response["topics"], key=lambda t: t["name"])
+            if not t["error"]
+        }
+        return ClusterDescription(
+            response["cluster_id"],
+            response["controller_id"],
+            sorted(b["node_id"] for b in response["brokers"]),
+            topics,
+        )
+
+    # -- reassignment and leaders -----------------------------------------------------------------
+
+    async def reassign_partitions(
+        self, moves: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> None:
+        """Move partitions to new replica lists (preferred leader first); None cancels the
+        move in progress (back to the original replicas).
+
+        Returns once the controller has started the moves: each completes in the
+        background when its new replicas have caught up (:meth:`list_reassignments`),
+        and leadership then goes to the new preferred leader. Raises
+        INVALID_REPLICA_ASSIGNMENT for an empty list, a broker named twice or one
+        that is not alive, NO_REASSIGNMENT_IN_PROGRESS for a cancel with nothing to cancel.
+        """
+        body = {
+            "topics": _by_topic_body(
+                (tp, {"replicas": None if replicas is None else list(replicas)})
+                for tp, replicas in moves.items()
+            ),
+            "timeout_ms": self._timeout_ms,
+        }
+        response = await self._client.call_any(ALTER_PARTITION_REASSIGNMENTS, body)
+        for error in _partition_results(response["topics"]).values():
+            if error is not None:
+                raise error
+
+    async def list_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        """The moves in progress (of ``partitions``; None: of all)."""
+        body = {"topics": _named(partitions), "timeout_ms": self._timeout_ms}
+        response = await self._client.call_any(LIST_PARTITION_REASSIGNMENTS, body)
+        return {
+            TopicPartition(t["name"], p["partition"]): PartitionReassignment(
+                tuple(p["replicas"]), tuple(p["adding"]), tuple(p["removing"])
+            )
+            for t in response["topics"]
+            for p in t["partitions"]
+        }
+
+    async def elect_leaders(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> list[TopicPartition]:
+        """Hand each partition's leadership to its preferred leader (its first replica);
+        the partitions whose leader changed.
+
+        ``partitions`` None: every partition not led by its preferred leader. One
+        already led by it is left as it is; raises PREFERRED_LEADER_NOT_AVAILABLE
+        if a preferred leader is not alive or not in sync (the others are elected).
+        """
+        body = {"topics": _named(partitions), "timeout_ms": self._timeout_ms}
+        response = await self._client.call_any(ELECT_LEADERS, body)
+        elected = []
+        for tp, error in _partition_results(response["topics"]).items():
+            if error is None:
+                elected.append(tp)
+            elif not isinstance(error, ElectionNotNeededError):
+                raise error
+        return sorted(elected)
 
     # -- records and offsets ----------------------------------------------------------------------
 

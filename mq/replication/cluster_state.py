@@ -3,7 +3,9 @@
 Keys (values msgpack):
 
 * ``/topics/<name>``: ``[topic_id, partitions, configs, internal]``;
-* ``/partitions/<name>/<index>``: ``[replicas, leader, leader_epoch, isr]``.
+* ``/partitions/<name>/<index>``: ``[replicas, leader, leader_epoch, isr]``, with
+  ``adding, removing`` after them while a reassignment is in progress (a state
+  without them reads as none in progress).
 
 Only the controller writes them, each write fenced by its epoch
 (:func:`~mq.replication.membership.fence`) and, for a partition, compared
@@ -20,13 +22,21 @@ Thread safety: one event loop.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator
+import dataclasses
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 
 import msgpack
 
 from mq.errors import NotControllerError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
-from mq.replication.membership import Controller, current_controller, fence
+from mq.replication.membership import (
+    BROKERS,
+    CONTROLLER,
+    BrokerInfo,
+    Controller,
+    current_controller,
+    fence,
+)
 from mq.replication.placement import PartitionState
 from mq.replication.store import (
     Compare,
@@ -69,12 +79,18 @@ def _unpack_topic(name: str, raw: bytes) -> TopicRecord:
 
 
 def _pack_state(state: PartitionState) -> bytes:
-    return msgpack.packb([list(state.replicas), state.leader, state.leader_epoch, list(state.isr)])
+    fields = [list(state.replicas), state.leader, state.leader_epoch, list(state.isr)]
+    if state.reassigning:
+        fields += [list(state.adding), list(state.removing)]
+    return msgpack.packb(fields)
 
 
 def _unpack_state(raw: bytes) -> PartitionState:
-    replicas, leader, epoch, isr = msgpack.unpackb(raw)
-    return PartitionState(tuple(replicas), leader, epoch, tuple(isr))
+    replicas, leader, epoch, isr, *reassignment = msgpack.unpackb(raw)
+    adding, removing = reassignment or ([], [])
+    return PartitionState(
+        tuple(replicas), leader, epoch, tuple(isr), tuple(adding), tuple(removing)
+    )
 
 
 async def _refused(store: MetadataStore, controller: Controller) -> None:
@@ -147,10 +163,18 @@ async def update_partition(
 
 @dataclass
 class ClusterView:
-    """Topics and partition states as of :attr:`revision` (a broker's metadata cache)."""
+    """Topics, partition states, live brokers and the controller as of :attr:`revision`.
+
+    A broker's metadata cache. :attr:`partition_revisions` holds the revision
+    that last wrote each partition state, so a component that wrote a state
+    itself (a leader changing its ISR) can tell a newer state from an older one.
+    """
 
     topics: dict[str, TopicRecord] = field(default_factory=dict)
     partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
+    partition_revisions: dict[tuple[str, int], int] = field(default_factory=dict)
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    controller: Controller | None = None
     revision: int = 0
 
     @classmethod
@@ -159,23 +183,37 @@ class ClusterView:
         entries, revision = await store.get_prefix("/")
         view = cls(revision=revision)
         for entry in entries:
-            view.apply(WatchEvent(EventKind.PUT, entry.key, entry.value, revision))
+            view.apply(WatchEvent(EventKind.PUT, entry.key, entry.value, entry.mod_revision))
+        view.revision = revision
         return view
 
     def apply(self, event: WatchEvent) -> None:
         """Bring the view up to ``event`` (events of one revision may come one by one)."""
-        if event.key.startswith(TOPICS):
-            name = event.key[len(TOPICS) :]
-            if event.kind is EventKind.PUT:
+        key, put = event.key, event.kind is EventKind.PUT
+        if key.startswith(PARTITIONS):
+            where = _partition_of(key)
+            if put:
+                self.partitions[where] = _unpack_state(event.value)
+                self.partition_revisions[where] = event.revision
+            else:
+                self.partitions.pop(where, None)
+                self.partition_revisions.pop(where, None)
+        elif key.startswith(TOPICS):
+            name = key[len(TOPICS) :]
+            if put:
                 self.topics[name] = _unpack_topic(name, event.value)
             else:
                 self.topics.pop(name, None)
-        elif event.key.startswith(PARTITIONS):
-            where = _partition_of(event.key)
-            if event.kind is EventKind.PUT:
-                self.partitions[where] = _unpack_state(event.value)
+        elif key.startswith(BROKERS):
+            node = int(key[len(BROKERS) :])
+            if put:
+                self.brokers[node] = BrokerInfo(*msgpack.unpackb(event.value))
             else:
-                self.partitions.pop(where, None)
+                self.brokers.pop(node, None)
+        elif key == CONTROLLER:
+            self.controller = (
+                Controller(int(msgpack.unpackb(event.value)), event.revision) if put else None
+            )
         self.revision = max(self.revision, event.revision)
 
     async def follow(self, store: MetadataStore) -> AsyncGenerator[WatchEvent, None]:
@@ -198,3 +236,55 @@ class ClusterView:
 def _partition_of(key: str) -> tuple[str, int]:
     topic, _, index = key[len(PARTITIONS) :].rpartition("/")
     return topic, int(index)
+
+
+async def alter_isr(
+    store: MetadataStore, topic: str, index: int, leader: int, leader_epoch: int, isr: list[int]
+) -> tuple[PartitionState, int] | None:
+    """A leader changes its partition's ISR: the new state and its revision.
+
+    Not fenced by a controller epoch (the leader is not the controller) but by
+    the state itself: it must still name ``leader`` in ``leader_epoch``, and
+    the write compares the revision read, so a concurrent election wins and
+    this returns None.
+    """
+    found = await read_partition(store, topic, index)
+    if found is None:
+        return None
+    state, revision = found
+    if state.leader != leader or state.leader_epoch != leader_epoch:
+        return None
+    wanted = state._replace(isr=tuple(r for r in state.replicas if r in set(isr) | {leader}))
+    if wanted == state:
+        return state, revision
+    key = partition_key(topic, index)
+    written = await store.commit([Compare(key, revision)], [Put(key, _pack_state(wanted))])
+    return None if written is None else (wanted, written)
+
+
+def partition_at(key: str) -> tuple[str, int] | None:
+    """The (topic, index) whose state lives at ``key``; None for any other key."""
+    return _partition_of(key) if key.startswith(PARTITIONS) else None
+
+
+async def update_topic_configs(
+    store: MetadataStore, controller: Controller, name: str, configs: Mapping[str, str]
+) -> int:
+    """Replace a topic's configs with ``configs`` (validated by the caller); the revision.
+
+    Compare-and-swap on the topic's record, read again if it changed
+    meanwhile; raises UnknownTopicOrPartitionError if the topic does not
+    exist, NotControllerError if ``controller`` was fenced off.
+    """
+    key = topic_key(name)
+    for _ in range(10):  # only the controller writes it: a second attempt is already rare
+        entry = await store.get(key)
+        if entry is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        topic = dataclasses.replace(_unpack_topic(name, entry.value), configs=dict(configs))
+        guards = [fence(controller), Compare(key, entry.mod_revision)]
+        revision = await store.commit(guards, [Put(key, _pack_topic(topic))])
+        if revision is not None:
+            return revision
+        await _refused(store, controller)
+    raise UnknownTopicOrPartitionError(f"topic {name!r} keeps changing under the controller")

@@ -12,7 +12,11 @@ the broker's lease) and campaigns for ``/controller``; the winner *leads*:
   ISR of the partitions it followed;
 * when a broker registers, partitions left offline are elected again (a
   returning ISR member can lead them);
-* it creates and deletes topics (placement over the live brokers).
+* it creates and deletes topics (placement over the live brokers) and changes
+  their configs;
+* it reassigns partitions and elects preferred leaders on request
+  (:mod:`~mq.replication.reassignment`); a reassignment ends when the watch
+  shows the leader has added every new replica to the ISR.
 
 Each write is fenced by the controller epoch and compared against the
 revision read, so a controller that lost its seat (a long pause, a network
@@ -30,11 +34,11 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from functools import partial
 
 from mq.errors import MQError, NotControllerError, UnknownTopicOrPartitionError
-from mq.replication import cluster_state, membership
+from mq.replication import cluster_state, membership, reassignment
 from mq.replication.cluster_state import ClusterView, TopicRecord
 from mq.replication.membership import (
     BROKERS,
@@ -43,7 +47,13 @@ from mq.replication.membership import (
     Controller,
     current_controller,
 )
-from mq.replication.placement import NO_LEADER, PartitionState, assign_replicas, elect_leader
+from mq.replication.placement import (
+    NO_LEADER,
+    PartitionState,
+    TopicPartitionKey,
+    assign_replicas,
+    elect_leader,
+)
 from mq.replication.store import CompactedError, EventKind, Lease, MetadataStore
 
 log = logging.getLogger(__name__)
@@ -142,6 +152,8 @@ class ControllerSeat:
         brokers, _ = await membership.live_brokers(self._store)
         self._live = set(brokers)
         await self._elect_all(controller)
+        write = partial(self._write_partition, controller)
+        await reassignment.finish_all(self._view, write)
         _checkpoint()
         lost = asyncio.ensure_future(self._lease.lost.wait())
         events = self._view.follow(self._store)
@@ -151,6 +163,10 @@ class ControllerSeat:
                     return
                 if event.key == CONTROLLER and event.kind is EventKind.DELETE:
                     return  # our lease ended: campaign again
+                moved = cluster_state.partition_at(event.key)
+                if moved is not None:  # an ISR the leader grew may end a reassignment
+                    await reassignment.finish(self._view, moved, write)
+                    continue
                 if not event.key.startswith(BROKERS):
                     continue
                 node = int(event.key[len(BROKERS) :])
@@ -182,39 +198,96 @@ class ControllerSeat:
         topic: str,
         index: int,
         change: Callable[[PartitionState], PartitionState],
-    ) -> None:
-        """Compare-and-swap a partition's state, re-reading when it changed meanwhile."""
+    ) -> PartitionState | None:
+        """Compare-and-swap a partition's state, re-reading when it changed meanwhile.
+
+        The state stored afterwards; None if the partition no longer exists.
+        The view learns of the write through the watch, never ahead of it: a
+        request writing here (a reassignment) must not show the election loop
+        a partition newer than the live brokers it has seen so far.
+        """
         for _ in range(10):
             found = await cluster_state.read_partition(self._store, topic, index)
             if found is None:
-                return  # the topic went
+                return None  # the topic went
             state, revision = found
             wanted = change(state)
             if wanted == state:
-                return
+                return state
             if await cluster_state.update_partition(
                 self._store, controller, topic, index, wanted, revision
             ):
-                self._view.partitions[(topic, index)] = wanted
                 log.info("controller: %s-%d is now %s", topic, index, wanted)
-                return
+                return wanted
         raise MQError(f"{topic}-{index} keeps changing under the controller")
 
     # -- topic changes (on the controller) --------------------------------------------
 
     async def create_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: dict[str, str],
+        *,
+        internal: bool = False,
+        topic_id: str | None = None,
+        validate_only: bool = False,
     ) -> TopicRecord:
+        """Place and write a new topic over the live brokers.
+
+        A negative ``replication_factor`` ``-n`` asks for ``n`` replicas or as many
+        as there are live brokers if fewer (internal topics on a small cluster).
+        """
         controller = self._require_controller()
         live, _ = await membership.live_brokers(self._store)  # fresher than the watch
+        if replication_factor < 0:
+            replication_factor = max(1, min(len(live), -replication_factor))
         replicas = assign_replicas(live, partitions, replication_factor)
-        topic = TopicRecord(name, uuid.uuid4().hex, partitions, dict(configs))
+        topic = TopicRecord(name, topic_id or uuid.uuid4().hex, partitions, dict(configs), internal)
+        if validate_only:
+            return topic
         states = [PartitionState.new(r) for r in replicas]
         await cluster_state.create_topic(self._store, controller, topic, states)
         return topic
 
     async def delete_topic(self, name: str) -> None:
         await cluster_state.delete_topic(self._store, self._require_controller(), name)
+
+    async def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        """Replace a topic's configs with ``configs`` (validated by the caller)."""
+        await cluster_state.update_topic_configs(
+            self._store, self._require_controller(), name, configs
+        )
+
+    # -- reassignment and preferred leaders (on the controller) -----------------------
+
+    async def reassign_partitions(
+        self, moves: Mapping[TopicPartitionKey, Sequence[int] | None]
+    ) -> reassignment.Results:
+        """Start a reassignment to each target (None: cancel); per partition, None or
+        the error (:func:`~mq.replication.reassignment.reassign`)."""
+        controller = self._require_controller()
+        live, _ = await membership.live_brokers(self._store)  # fresher than the watch
+        write = partial(self._write_partition, controller)
+        return await reassignment.reassign(set(live), moves, write)
+
+    async def elect_preferred_leaders(
+        self, partitions: Iterable[TopicPartitionKey] | None = None
+    ) -> reassignment.Results:
+        """Lead each partition (None: each not led so) by its preferred leader if it is
+        live and in sync (:func:`~mq.replication.reassignment.elect_preferred`)."""
+        controller = self._require_controller()
+        fresh = await ClusterView.load(self._store)  # the watch may not have caught up
+        write = partial(self._write_partition, controller)
+        return await reassignment.elect_preferred(
+            fresh.partitions, set(fresh.brokers), partitions, write
+        )
+
+    def list_reassignments(self) -> dict[TopicPartitionKey, PartitionState]:
+        """The partitions with a reassignment in progress, as the controller sees them."""
+        self._require_controller()
+        return reassignment.in_progress(self._view)
 
     def _require_controller(self) -> Controller:
         if self.controller is None:

@@ -537,9 +537,28 @@ class Log:
         """
         self._check_online()
         if offset >= self.next_offset:
+            # no batch to drop, but an epoch begun here with no append yet goes
+            try:
+                self.epochs.truncate_from_end(offset)
+            except OSError as exc:
+                raise self._fail("leader epoch checkpoint", exc) from exc
             return
+        self._cut(offset)
+
+    def reset_to(self, offset: int) -> None:
+        """Drop everything and start empty at ``offset``, at or past the log end.
+
+        A follower whose whole log is below its leader's log start (retention
+        went on while it was away) starts again from there.
+        """
+        self._check_online()
+        if offset < self.next_offset:
+            raise ValueError(f"reset to {offset} is below the log end {self.next_offset}")
+        self._cut(offset, reset=True)
+
+    def _cut(self, offset: int, *, reset: bool = False) -> None:
         try:
-            if offset <= self.log_start_offset:
+            if reset or offset <= self.log_start_offset:
                 for segment in reversed(self._segments):
                     segment.delete()
                 new = Segment.create(
@@ -610,6 +629,12 @@ class Log:
             self.epochs.truncate_from_start(self.log_start_offset)
         except OSError as exc:
             raise self._fail("leader epoch checkpoint", exc) from exc
+
+    def begin_epoch(self, epoch: int) -> None:
+        """A new leader's epoch starts at the log end (before its first append)."""
+        self._check_online()
+        if epoch > self.epochs.latest_epoch:
+            self._assign_epoch(epoch, self.next_offset)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) of ``epoch`` here (see :class:`LeaderEpochCache`)."""

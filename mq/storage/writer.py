@@ -99,6 +99,10 @@ class LogWriter:
         result: T = await self._submit(_CALL, fn, 0)
         return result
 
+    def submit_call(self, fn: Callable[[Log], T]) -> asyncio.Future[T]:
+        """Queue ``fn(log)`` now (in the writer's order) and return the future of its result."""
+        return self._submit(_CALL, fn, 0)
+
     async def flush(self) -> None:
         """Sync everything appended so far, whatever the policy."""
         await self._wait_background_flush()

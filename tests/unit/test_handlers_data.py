@@ -7,16 +7,16 @@ import gc
 from typing import Any
 
 from mq.broker import handlers_data
-from mq.broker.catalog import TopicInfo
 from mq.broker.context import RequestContext
 from mq.errors import CorruptRecordError, RequestTimedOutError
+from mq.replication.cluster_state import TopicRecord
 
 
 class _Partition:
     def __init__(self, future: asyncio.Future[Any]) -> None:
         self._future = future
 
-    def append(self, data: bytes) -> asyncio.Future[Any]:
+    def append(self, data: bytes, acks: int = 1) -> asyncio.Future[Any]:
         future, self._future = self._future, None
         return future
 
@@ -25,10 +25,10 @@ class _Broker:
     def __init__(self, partition: _Partition) -> None:
         self._partition = partition
 
-    def ensure_topic(self, name: str) -> TopicInfo:
-        return TopicInfo(name, 1)
+    def topic(self, name: str) -> TopicRecord:
+        return TopicRecord(name, "id", 1)
 
-    def partition(self, topic: str, index: int) -> _Partition:
+    def leader_partition(self, topic: str, index: int) -> _Partition:
         return self._partition
 
 

@@ -383,6 +383,10 @@ def test_the_apis_the_broker_needs_are_defined() -> None:
         "list_groups": 16,
         "describe_groups": 15,
         "delete_records": 21,
+        "elect_leaders": 43,
+        "alter_partition_reassignments": 45,
+        "list_partition_reassignments": 46,
+        "replica_fetch": 1000,
     }
     assert {a.name: a.key for a in all_apis()} == wanted
     for name, key in wanted.items():

@@ -1,0 +1,64 @@
+"""Connections from this broker to the others, for requests it forwards.
+
+Topic changes (and the other controller APIs) may reach any broker; one that
+is not the controller forwards the request, as it came, to the one that is
+and answers with its response (Kafka's KIP-590 forwarding). The controller is
+whoever the view says; while there is none, the call waits for one (bounded).
+
+Thread safety: one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from mq.client.connection import Connection
+from mq.errors import NetworkError, NotControllerError
+from mq.wire.registry import Api
+
+if TYPE_CHECKING:
+    from mq.broker.broker import Broker
+
+RespT = TypeVar("RespT")
+WAIT_S = 10.0
+RETRY_S = 0.1
+
+
+class Peers:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._connections: dict[tuple[str, int], Connection] = {}
+
+    async def call_controller(self, api: Api[Any, RespT], body: Any) -> RespT:
+        """Send ``body`` to the controller and return its answer (waits for a controller)."""
+        broker = self._broker
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT_S
+        while True:
+            controller = broker.view.controller
+            info = broker.view.brokers.get(controller.node_id) if controller else None
+            try:
+                if controller is not None and controller.node_id == broker.node_id:
+                    raise NotControllerError("this broker is the controller: no forwarding")
+                if info is not None:
+                    connection = await self._connection((info.host, info.port))
+                    return await connection.call(api, body, timeout_s=WAIT_S)
+            except NetworkError:
+                pass
+            if loop.time() >= deadline:
+                raise NotControllerError("no controller could be reached")
+            await asyncio.sleep(RETRY_S)
+
+    async def _connection(self, address: tuple[str, int]) -> Connection:
+        found = self._connections.get(address)
+        if found is not None and not found.closed:
+            return found
+        connection = await Connection.open(*address, client_id=f"mq-broker-{self._broker.node_id}")
+        self._connections[address] = connection
+        return connection
+
+    async def close(self) -> None:
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()

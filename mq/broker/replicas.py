@@ -1,0 +1,247 @@
+"""Makes the partitions a broker hosts match the cluster view.
+
+For every partition the view assigns to this node the replica manager opens
+the log (once), gives it the role of the state (leader, follower of a given
+broker, offline) and hands followers to the :class:`ReplicaFetcher` of their
+leader. A partition the view no longer assigns here (its topic deleted, or
+reassigned away) is closed and its directory removed. Topic config changes
+reconfigure the open logs.
+
+Each partition directory holds a ``partition.metadata`` file with its topic's
+id, so a directory left by a deleted topic is never taken for a new topic of
+the same name (the broker was down while one went and the other came).
+
+Thread safety: one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import shutil
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mq.broker.catalog import OFFSETS_TOPIC, split_topic_configs, topic_log_config
+from mq.broker.partition import Partition, Role
+from mq.errors import MQError, StorageError
+from mq.replication.cluster_state import PARTITIONS, TOPICS, TopicRecord
+from mq.replication.fetcher import ReplicaFetcher
+from mq.replication.store import WatchEvent
+
+if TYPE_CHECKING:
+    from mq.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+TOPIC_ID_FILE = "partition.metadata"
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+Key = tuple[str, int]
+
+
+class ReplicaManager:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._dropping: dict[Key, asyncio.Task[None]] = {}
+        self._configs: dict[str, dict[str, str]] = {}
+        """The configs each topic's open replicas were last given."""
+
+    # -- events -----------------------------------------------------------------------
+
+    def on_event(self, event: WatchEvent) -> None:
+        if event.key.startswith(PARTITIONS):
+            topic, _, index = event.key[len(PARTITIONS) :].rpartition("/")
+            self.reconcile((topic, int(index)))
+        elif event.key.startswith(TOPICS):
+            self.reconcile_topic(event.key[len(TOPICS) :])
+
+    def reconcile_all(self) -> None:
+        view = self._broker.view
+        for key in sorted(view.partitions):
+            self.reconcile(key)
+        for key in list(self._broker.partitions):
+            if key not in view.partitions:
+                self._drop(key)
+
+    def reconcile_topic(self, name: str) -> None:
+        topic = self._broker.view.topics.get(name)
+        hosted = [key for key in self._broker.partitions if key[0] == name]
+        if topic is None:
+            for key in hosted:
+                self._drop(key)
+            self._configs.pop(name, None)
+            return
+        if name in self._configs and self._configs[name] != topic.configs:
+            self._reconfigure(topic)
+        for index in range(topic.partitions):
+            self.reconcile((name, index))
+
+    def reconcile(self, key: Key) -> None:
+        """Bring one partition's replica here in line with the view."""
+        broker = self._broker
+        view = broker.view
+        state = view.partitions.get(key)
+        topic = view.topics.get(key[0])
+        if state is None or topic is None or broker.node_id not in state.replicas:
+            if key in broker.partitions:
+                self._drop(key)
+            return
+        partition = broker.partitions.get(key)
+        if partition is None:
+            if key in self._dropping:  # the old replica's files are still going
+                self._dropping[key].add_done_callback(lambda _: self.reconcile(key))
+                return
+            partition = self._open(topic, key[1])
+            if partition is None:
+                return
+        partition.min_insync_replicas = broker.min_insync_replicas(topic)
+        if partition.apply_state(state, view.partition_revisions.get(key, 0)):
+            self._route(partition)
+
+    def apply_written(self, partition: Partition) -> None:
+        """The partition took a state it wrote itself: follow its role."""
+        self._route(partition)
+
+    def _roles_changed(self, partition: Partition) -> None:
+        coordinator = self._broker.coordinator
+        if coordinator is not None and partition.topic == OFFSETS_TOPIC:
+            coordinator.offsets.partition_changed(partition)
+
+    def _route(self, partition: Partition) -> None:
+        """Hand a follower to its leader's fetcher; take anything else out of every fetcher."""
+        key = (partition.topic, partition.index)
+        leader = partition.state.leader if partition.state is not None else -1
+        for node, existing in self.fetchers.items():
+            if node != leader or partition.role is not Role.FOLLOWER:
+                existing.remove(*key)
+        self._roles_changed(partition)
+        if partition.role is Role.FOLLOWER:
+            fetcher = self.fetchers.get(leader)
+            if fetcher is None:
+                config = self._broker.config
+                fetcher = ReplicaFetcher(
+                    self._broker.node_id,
+                    leader,
+                    self._address_of,
+                    max_wait_ms=config.replica_fetch_wait_max_ms,
+                    max_bytes=config.replica_fetch_max_bytes,
+                )
+                self.fetchers[leader] = fetcher
+            fetcher.add(partition)
+
+    def _address_of(self, node: int) -> tuple[str, int] | None:
+        info = self._broker.view.brokers.get(node)
+        return None if info is None else (info.host, info.port)
+
+    # -- opening, reconfiguring, dropping ---------------------------------------------
+
+    def _open(self, topic: TopicRecord, index: int) -> Partition | None:
+        broker = self._broker
+        directory = broker.config.data_dir / f"{topic.name}-{index}"
+        try:
+            _claim(directory, topic.topic_id)
+            config = topic_log_config(broker.config.log, split_topic_configs(topic.configs)[0])
+            partition = Partition.open(
+                broker.config.data_dir, topic.name, index, config, broker.node_id
+            )
+        except (MQError, OSError) as exc:
+            log.error("%s-%d stays offline here: %s", topic.name, index, exc)
+            return None
+        partition.start()
+        broker.partitions[(topic.name, index)] = partition
+        self._configs[topic.name] = dict(topic.configs)
+        return partition
+
+    def _reconfigure(self, topic: TopicRecord) -> None:
+        self._configs[topic.name] = dict(topic.configs)
+        try:
+            config = topic_log_config(
+                self._broker.config.log, split_topic_configs(topic.configs)[0]
+            )
+        except MQError as exc:
+            log.error("topic %s: bad configs %s: %s", topic.name, topic.configs, exc)
+            return
+        for key, partition in self._broker.partitions.items():
+            if key[0] == topic.name:
+                partition.min_insync_replicas = self._broker.min_insync_replicas(topic)
+                partition.writer_call_nowait(lambda log_: log_.reconfigure(config))
+
+    def _drop(self, key: Key) -> None:
+        partition = self._broker.partitions.pop(key, None)
+        if partition is None:
+            return
+        for fetcher in self.fetchers.values():
+            fetcher.remove(*key)
+        self._broker.cleaner.forget(partition)
+        partition.role = Role.OFFLINE
+        self._roles_changed(partition)
+        task = asyncio.get_running_loop().create_task(self._close_and_delete(partition))
+        self._dropping[key] = task
+        task.add_done_callback(lambda _: self._dropping.pop(key, None))
+
+    async def _close_and_delete(self, partition: Partition) -> None:
+        try:
+            await partition.close()
+        except MQError as exc:
+            log.warning("closing %s: %s", partition.name, exc)
+        directory = partition.log.directory
+        if directory.exists():
+            doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex[:8]}.deleted")
+            directory.rename(doomed)
+            await asyncio.get_running_loop().run_in_executor(
+                None, lambda: shutil.rmtree(doomed, ignore_errors=True)
+            )
+        log.info("removed the replica of %s here", partition.name)
+
+    def deleting(self, topic: str) -> bool:
+        return any(key[0] == topic for key in self._dropping)
+
+    async def wait_dropped(self, topic: str) -> None:
+        tasks = [task for key, task in self._dropping.items() if key[0] == topic]
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def remove_strays(self) -> None:
+        """Remove partition directories the view does not assign here (at start)."""
+        broker = self._broker
+        if not broker.view.topics:
+            return  # a new (or wiped) store, or a single node's data from an older version
+        for path in broker.config.data_dir.iterdir():
+            found = _PARTITION_DIR.match(path.name)
+            if not path.is_dir() or found is None:
+                continue
+            key = (found.group(1), int(found.group(2)))
+            state = broker.view.partitions.get(key)
+            if key in broker.partitions or (state is not None and broker.node_id in state.replicas):
+                continue
+            log.warning("removing %s: not a replica of this broker", path.name)
+            doomed = path.with_name(f"{path.name}.{uuid.uuid4().hex[:8]}.deleted")
+            path.rename(doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(f.stop() for f in self.fetchers.values()))
+        self.fetchers.clear()
+        await asyncio.gather(*self._dropping.values(), return_exceptions=True)
+
+
+def _claim(directory: Path, topic_id: str) -> None:
+    """Make ``directory`` this topic's: one of an older topic of that name is removed."""
+    marker = directory / TOPIC_ID_FILE
+    if directory.exists():
+        try:
+            found = marker.read_text().strip()
+        except FileNotFoundError:
+            found = topic_id  # from before topic ids were written: adopt it
+        if found != topic_id:
+            log.warning("removing %s: left by an older topic of that name", directory.name)
+            shutil.rmtree(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if not marker.exists():
+        try:
+            marker.write_text(topic_id + "\n")
+        except OSError as exc:
+            raise StorageError(f"cannot write {marker}: {exc}") from exc

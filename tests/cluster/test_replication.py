@@ -1,0 +1,206 @@
+"""Replication between real broker processes over a real etcd: ISR, acks=all, truncation, failover.
+
+Each test runs its own 3-broker cluster (``LocalCluster``: etcd and three
+``mq serve --metadata`` processes on loopback) and breaks it with SIGSTOP and
+SIGKILL. Timeouts are short (2 s sessions, 3 s replica lag), so a dead or
+frozen broker is noticed within a few seconds; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from client_helpers import consume
+from cluster_helpers import (
+    CLUSTER_SETTINGS,
+    metadata,
+    partition_state,
+    replica_batches,
+    wait_until,
+)
+
+from cli.local_cluster import LocalCluster
+from mq import Admin, Producer, TopicPartition
+from mq.errors import NotEnoughReplicasError
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    made = LocalCluster(tmp_path / "cluster", 3, settings=CLUSTER_SETTINGS)
+    made.start()
+    try:
+        yield made
+    finally:
+        made.stop()
+
+
+async def _create(
+    cluster: LocalCluster, topic: str, partitions: int = 1, replicas: int = 3, **configs: str
+) -> None:
+    async with Admin(bootstrap=cluster.bootstrap) as admin:
+        await admin.create_topic(
+            topic,
+            partitions=partitions,
+            replication_factor=replicas,
+            configs={k.replace("_", "."): v for k, v in configs.items()},
+        )
+
+
+def _others(cluster: LocalCluster, node: int) -> str:
+    """The bootstrap list without ``node`` (a frozen broker stalls whoever asks it first)."""
+    return ",".join(b.bootstrap for n, b in cluster.brokers.items() if n != node)
+
+
+async def _isr(cluster: LocalCluster, topic: str, index: int = 0, via: str = "") -> set[int]:
+    state = await partition_state(via or cluster.bootstrap, topic, index)
+    return set(state["isr"]) if state else set()
+
+
+async def _leader(cluster: LocalCluster, topic: str, index: int = 0) -> int:
+    state = await partition_state(cluster.bootstrap, topic, index)
+    return state["leader"] if state else -1
+
+
+async def _produce(
+    bootstrap: str, topic: str, values: list[bytes], acks: int | str = "all"
+) -> list[int]:
+    """Send in order and return the acknowledged offsets."""
+    async with Producer(bootstrap=bootstrap, acks=acks, linger_ms=0) as producer:  # type: ignore[arg-type]
+        futures = [await producer.send(topic, value=v, partition=0) for v in values]
+        return [(await f).offset for f in futures]
+
+
+def _replicas_identical(cluster: LocalCluster, topic: str, index: int = 0) -> None:
+    logs = [replica_batches(b.data_dir / f"{topic}-{index}") for b in cluster.brokers.values()]
+    assert logs[0], "the replicas are empty"
+    assert logs[0] == logs[1] == logs[2]
+
+
+async def test_acks_all_replicates_to_every_replica_byte_for_byte(cluster: LocalCluster) -> None:
+    await _create(cluster, "copies", min_insync_replicas="2")
+    values = [b"m%d" % i for i in range(2_000)]
+    offsets = await _produce(cluster.bootstrap, "copies", values)
+    assert offsets == list(range(2_000))
+    got = await consume(cluster.bootstrap, [TopicPartition("copies", 0)], 2_000)
+    assert [r.value for r in got[TopicPartition("copies", 0)]] == values
+    # every follower has everything (acks=all) before the brokers stop
+    await asyncio.to_thread(cluster.stop)
+    _replicas_identical(cluster, "copies")
+
+
+async def test_a_frozen_follower_leaves_the_isr_and_rejoins_after_catching_up(
+    cluster: LocalCluster,
+) -> None:
+    await _create(cluster, "frozen", min_insync_replicas="2")
+    leader = await _leader(cluster, "frozen")
+    follower = next(n for n in cluster.brokers if n != leader)
+    cluster.pause(follower)
+    try:
+        await wait_until(
+            lambda: _isr_without(cluster, "frozen", follower), what="the frozen follower leaving"
+        )
+        # acks=all keeps working with the two replicas left (min.insync.replicas=2)
+        offsets = await _produce(
+            cluster.bootstrap, "frozen", [b"while-frozen-%d" % i for i in range(500)]
+        )
+        assert offsets == list(range(500))
+    finally:
+        cluster.resume(follower)
+    await wait_until(
+        lambda: _isr_with(cluster, "frozen", follower), what="the follower rejoining the ISR"
+    )
+    await _produce(cluster.bootstrap, "frozen", [b"after-%d" % i for i in range(100)])
+    await asyncio.to_thread(cluster.stop)
+    _replicas_identical(cluster, "frozen")
+
+
+async def _isr_without(cluster: LocalCluster, topic: str, node: int) -> bool:
+    isr = await _isr(cluster, topic, via=_others(cluster, node))
+    return bool(isr) and node not in isr
+
+
+async def _isr_with(cluster: LocalCluster, topic: str, node: int) -> bool:
+    return node in await _isr(cluster, topic)
+
+
+async def test_acks_all_is_refused_below_min_insync_replicas(cluster: LocalCluster) -> None:
+    await _create(cluster, "strict", min_insync_replicas="3")
+    leader = await _leader(cluster, "strict")
+    follower = next(n for n in cluster.brokers if n != leader)
+    cluster.pause(follower)
+    try:
+        await wait_until(lambda: _isr_without(cluster, "strict", follower), what="ISR shrink")
+        async with Producer(
+            bootstrap=cluster.broker(leader).bootstrap, acks="all", linger_ms=0, retries=0
+        ) as producer:
+            future = await producer.send("strict", value=b"x", partition=0)
+            with pytest.raises(NotEnoughReplicasError):
+                await future
+        # acks=1 does not need the ISR
+        assert await _produce(_others(cluster, follower), "strict", [b"one"], acks=1) == [0]
+    finally:
+        cluster.resume(follower)
+
+
+async def test_a_former_leader_truncates_writes_nobody_replicated(cluster: LocalCluster) -> None:
+    await _create(cluster, "diverge", min_insync_replicas="1")
+    base = await _produce(cluster.bootstrap, "diverge", [b"base-%d" % i for i in range(100)])
+    assert base == list(range(100))
+    old_leader = await _leader(cluster, "diverge")
+    followers = [n for n in cluster.brokers if n != old_leader]
+    old = cluster.broker(old_leader)
+    # freeze the followers: the leader alone takes acks=1 writes they never fetch
+    # (the first answers a fetch already waiting, so the followers get that one)
+    for node in followers:
+        cluster.pause(node)
+    lost = [b"unreplicated-%d" % i for i in range(50)]
+    try:
+        await _produce(old.bootstrap, "diverge", lost, acks=1)
+    finally:
+        cluster.kill(old_leader)
+        for node in followers:
+            cluster.resume(node)
+    new_leader = await wait_until(
+        lambda: _new_leader(cluster, "diverge", old_leader), what="a new leader"
+    )
+    assert new_leader in followers
+    kept = [b"new-epoch-%d" % i for i in range(80)]
+    await _produce(cluster.bootstrap, "diverge", kept)
+    await asyncio.to_thread(cluster.restart, old_leader)
+    await wait_until(lambda: _isr_with(cluster, "diverge", old_leader), what="old leader in sync")
+    got = await consume(cluster.bootstrap, [TopicPartition("diverge", 0)], 230)
+    values = [r.value for r in got[TopicPartition("diverge", 0)]]
+    assert values[:100] == [b"base-%d" % i for i in range(100)]
+    assert values[-80:] == kept
+    assert set(values) & set(lost[1:]) == set()  # only the one a fetch was waiting for may live
+    await asyncio.to_thread(cluster.stop)
+    _replicas_identical(cluster, "diverge")
+
+
+async def _new_leader(cluster: LocalCluster, topic: str, old: int) -> int | None:
+    leader = await _leader(cluster, topic)
+    return leader if leader not in (-1, old) else None
+
+
+async def test_killing_the_controller_elects_another_and_the_cluster_keeps_serving(
+    cluster: LocalCluster,
+) -> None:
+    await _create(cluster, "before")
+    controller = (await metadata(cluster.bootstrap))["controller_id"]
+    assert controller in cluster.brokers
+    cluster.kill(controller)
+    alive = _others(cluster, controller)
+
+    async def other_controller() -> int | None:
+        found = (await metadata(alive))["controller_id"]
+        return found if found not in (-1, controller) else None
+
+    await wait_until(other_controller, what="a new controller")
+    await _create(cluster, "after", replicas=2)
+    assert await _produce(alive, "after", [b"a", b"b"]) == [0, 1]
+    assert await _produce(alive, "before", [b"c"]) == [0]
