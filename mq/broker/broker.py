@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -52,8 +53,8 @@ from mq.replication.cluster_state import ClusterView, TopicRecord
 from mq.replication.controller import ControllerSeat
 from mq.replication.etcd_store import EtcdStore
 from mq.replication.local_store import LocalStore
-from mq.replication.membership import BrokerInfo
-from mq.replication.store import CompactedError, Lease, MetadataStore
+from mq.replication.membership import BrokerInfo, NodeIdInUseError
+from mq.replication.store import CompactedError, Compare, Lease, MetadataStore, Put
 from mq.replication.throttle import TokenBucket
 from mq.wire.apis_core import CREATE_TOPICS
 from mq.wire.limits import validate_topic_name
@@ -63,11 +64,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CLUSTER_ID = "mq-single-node"
+CLUSTER_ID_KEY = "/cluster_id"
 METADATA_FILE = "metadata.json"
 WAIT_S = 10.0
 """How long a topic change waits for the view to show it."""
 RETRY_S = 0.5
+REGISTER_RETRY_S = 0.25
 HANDOVER_S = 5.0
 """How long a clean shutdown waits for its leaderships to move."""
 
@@ -94,6 +96,8 @@ class Broker:
         self.advertised: tuple[str, int] = (config.host, config.port)
         self.producer_ids = ProducerIdAllocator(self.store, config.data_dir)
         self.coordinator: GroupCoordinator | None = None
+        self.cluster_id = ""
+        """Made by the first broker of the cluster, kept in the metadata store."""
         self.served_apis: frozenset[int] = frozenset()
         """API keys the server has handlers for (what api_versions advertises)."""
         self._lock_fd: int | None = None
@@ -111,6 +115,7 @@ class Broker:
         self._lock_data_dir()
         self._remove_deleted_dirs()
         await self.store.start()
+        self.cluster_id = await _cluster_id(self.store)
         self.view = await ClusterView.load(self.store)
         self.replicas.reconcile_all()
         self.replicas.remove_strays()
@@ -130,10 +135,29 @@ class Broker:
         log.info("broker %d joined: %d topics", self.node_id, len(self.view.topics))
 
     async def _register(self) -> None:
+        """Register under a new lease and campaign.
+
+        A broker restarted quickly after a crash finds its previous
+        registration still there until that lease expires: it waits for it (a
+        session timeout at most), and only then gives up — another live broker
+        has this node id.
+        """
         self._lease = await self.store.grant_lease(self.config.session_timeout_ms)
         host, port = self.advertised
-        self.seat = ControllerSeat(self.store, BrokerInfo(self.node_id, host, port), self._lease)
-        await self.seat.start()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.session_timeout_ms / 1000 * 1.5 + 1
+        while True:
+            self.seat = ControllerSeat(
+                self.store, BrokerInfo(self.node_id, host, port), self._lease
+            )
+            try:
+                await self.seat.start()
+                return
+            except NodeIdInUseError:
+                if loop.time() >= deadline:
+                    raise
+                log.info("node %d: waiting for the previous registration to expire", self.node_id)
+                await asyncio.sleep(REGISTER_RETRY_S)
 
     async def _adopt_local(self) -> None:
         """Single node: be the controller, and take in a catalog from before the store."""
@@ -444,6 +468,18 @@ class Broker:
                     log.info("retention deleted %d segments of %s", deleted, partition.name)
 
 
+async def _cluster_id(store: MetadataStore) -> str:
+    """The cluster's id, created if this is its first broker."""
+    for _ in range(10):
+        entry = await store.get(CLUSTER_ID_KEY)
+        if entry is not None:
+            return entry.value.decode()
+        made = uuid.uuid4().hex
+        if await store.commit([Compare(CLUSTER_ID_KEY, 0)], [Put(CLUSTER_ID_KEY, made.encode())]):
+            return made
+    raise MQError("could not read or create the cluster id")
+
+
 def _not_here(topic: str, index: int) -> MQError:
     return NotLeaderOrFollowerError(f"{topic}-{index} has no replica on this broker")
 
@@ -452,4 +488,4 @@ def _error(code: int, message: Any) -> MQError:
     return error_for_code(code)(message or "")
 
 
-__all__ = ["CLUSTER_ID", "Broker"]
+__all__ = ["Broker"]

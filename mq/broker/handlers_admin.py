@@ -9,10 +9,14 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from mq.broker.broker import CLUSTER_ID, Broker
-from mq.broker.catalog import TOPIC_CONFIG_KEYS, split_topic_configs, topic_log_config
+from mq.broker.broker import Broker
+from mq.broker.catalog import (
+    OFFSETS_TOPIC,
+    TOPIC_CONFIG_KEYS,
+    split_topic_configs,
+    topic_log_config,
+)
 from mq.broker.context import RequestContext, set_error
-from mq.broker.catalog import OFFSETS_TOPIC
 from mq.errors import (
     InvalidTopicError,
     LeaderNotAvailableError,
@@ -101,7 +105,7 @@ async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -
     host, port = broker.advertised
     brokers.setdefault(broker.node_id, BrokerInfo(broker.node_id, host, port))
     return {
-        "cluster_id": CLUSTER_ID,
+        "cluster_id": broker.cluster_id,
         "controller_id": view.controller.node_id if view.controller else -1,
         "brokers": [
             {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from mq.broker.broker import Broker
+from mq.broker.catalog import OFFSETS_TOPIC
 from mq.broker.context import RequestContext, set_error
 from mq.broker.coordinator import GroupCoordinator
-from mq.broker.catalog import OFFSETS_TOPIC
 from mq.broker.offsets import MAX_METADATA_BYTES, CommittedOffset
 from mq.errors import CoordinatorNotAvailableError, MQError, OffsetMetadataTooLargeError
 from mq.groups.assignors import TopicPartition, from_wire, to_wire

@@ -313,11 +313,14 @@ def _spread_replicas(lists: dict[TopicPartitionKey, list[int]], nodes: list[int]
         low = min(nodes, key=lambda n: (load[n], n))
         if load[high] - load[low] < 2:
             return
-        # one exists: ``high`` hosts more partitions than ``low``, so not all of them are on both
-        candidates = [key for key in hosted[high] if low not in lists[key]]
-        # move a partition ``high`` prefers if it prefers more than ``low``, else a follower
+        # move a partition ``high`` prefers if it prefers more than ``low``, else a follower;
+        # one can move: ``high`` hosts more partitions than ``low``, not all are on both
         shed_leader = leaders[high] > leaders[low]
-        chosen = min(candidates, key=lambda k: ((lists[k][0] == high) != shed_leader, k))
+        movable = (key for key in hosted[high] if low not in lists[key])
+        first = next(movable)
+        chosen = first
+        if (lists[first][0] == high) != shed_leader:
+            chosen = next((k for k in movable if (lists[k][0] == high) == shed_leader), first)
         move(chosen, high, low)
 
 

@@ -204,3 +204,22 @@ async def test_killing_the_controller_elects_another_and_the_cluster_keeps_servi
     await _create(cluster, "after", replicas=2)
     assert await _produce(alive, "after", [b"a", b"b"]) == [0, 1]
     assert await _produce(alive, "before", [b"c"]) == [0]
+
+
+async def test_a_clean_shutdown_hands_its_leaderships_over_first(cluster: LocalCluster) -> None:
+    await _create(cluster, "handover", partitions=3, min_insync_replicas="2")
+    leader = await _leader(cluster, "handover")
+    led = [
+        i
+        for i in range(3)
+        if (await partition_state(cluster.bootstrap, "handover", i) or {}).get("leader") == leader
+    ]
+    await _produce(cluster.bootstrap, "handover", [b"before-%d" % i for i in range(100)])
+    await asyncio.to_thread(cluster.broker(leader).stop)  # SIGTERM: a clean shutdown
+    others = _others(cluster, leader)
+    # no waiting for its session to time out: by the time it has exited, others lead
+    for index in led:
+        state = await partition_state(others, "handover", index)
+        assert state is not None
+        assert state["leader"] not in (-1, leader), state
+    assert await _produce(others, "handover", [b"after"]) == [100]
