@@ -18,6 +18,7 @@ from cli.cluster import cluster
 from cli.consume import consume
 from cli.group import group
 from cli.produce import produce
+from cli.rebalance import rebalance
 from cli.serve import serve
 from cli.storage import storage
 from cli.topic import topic
@@ -61,6 +62,7 @@ main.add_command(produce)
 main.add_command(consume)
 main.add_command(group)
 main.add_command(storage)
+cluster.add_command(rebalance)
 main.add_command(cluster)
 
 

@@ -25,6 +25,7 @@ import asyncio
 import enum
 import heapq
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +43,9 @@ from mq.storage.config import LogConfig
 from mq.storage.log import AppendInfo, Log
 from mq.storage.segment import Slice
 from mq.storage.writer import LogWriter
+
+
+log = logging.getLogger(__name__)
 
 
 class Role(enum.Enum):
@@ -112,13 +116,25 @@ class Partition:
         self.state, self.state_revision = state, revision
         if state.leader == self.node_id:
             if self.role is not Role.LEADER or self.leader_epoch != state.leader_epoch:
+                log.info(
+                    "%s: leading in epoch %d, ISR %s", self.name, state.leader_epoch, state.isr
+                )
                 self._lead(state)
             else:
                 assert self.tracker is not None
                 if self.tracker.set_isr(state.isr, state.replicas, now_ms()):
                     self._high_watermark_moved()
         else:
-            self._step_down(Role.FOLLOWER if state.leader >= 0 else Role.OFFLINE)
+            role = Role.FOLLOWER if state.leader >= 0 else Role.OFFLINE
+            if role is not self.role or self.leader_epoch != state.leader_epoch:
+                log.info(
+                    "%s: %s in epoch %d (leader %d)",
+                    self.name,
+                    role.value,
+                    state.leader_epoch,
+                    state.leader,
+                )
+            self._step_down(role)
             self.leader_epoch = state.leader_epoch
         return True
 

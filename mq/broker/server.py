@@ -22,13 +22,19 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from mq.broker import handlers_admin, handlers_data, handlers_groups, handlers_replication
+from mq.broker import (
+    handlers_admin,
+    handlers_cluster,
+    handlers_data,
+    handlers_groups,
+    handlers_replication,
+)
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext
 from mq.broker.coordinator import GroupCoordinator
 from mq.broker.offsets import OffsetStore
 from mq.errors import MQError, ProtocolError, UnsupportedVersionError
-from mq.wire import apis_core, apis_data, apis_groups, apis_replication
+from mq.wire import apis_cluster, apis_core, apis_data, apis_groups, apis_replication
 from mq.wire.frames import FrameDecoder
 from mq.wire.messages import (
     Request,
@@ -74,6 +80,15 @@ HANDLERS: dict[int, Handler] = {
     apis_data.LIST_OFFSETS.key: handlers_data.list_offsets,
     apis_data.INIT_PRODUCER_ID.key: handlers_data.init_producer_id,
     apis_replication.REPLICA_FETCH.key: handlers_replication.replica_fetch,
+    apis_cluster.ELECT_LEADERS.key: on_controller(
+        apis_cluster.ELECT_LEADERS, handlers_cluster.elect_leaders
+    ),
+    apis_cluster.ALTER_PARTITION_REASSIGNMENTS.key: on_controller(
+        apis_cluster.ALTER_PARTITION_REASSIGNMENTS, handlers_cluster.alter_partition_reassignments
+    ),
+    apis_cluster.LIST_PARTITION_REASSIGNMENTS.key: on_controller(
+        apis_cluster.LIST_PARTITION_REASSIGNMENTS, handlers_cluster.list_partition_reassignments
+    ),
     apis_groups.FIND_COORDINATOR.key: handlers_groups.find_coordinator,
     apis_groups.JOIN_GROUP.key: handlers_groups.join_group,
     apis_groups.HEARTBEAT.key: handlers_groups.heartbeat,

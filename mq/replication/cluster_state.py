@@ -7,10 +7,13 @@ Keys (values msgpack):
   ``adding, removing`` after them while a reassignment is in progress (a state
   without them reads as none in progress).
 
-Only the controller writes them, each write fenced by its epoch
+The controller writes them, each write fenced by its epoch
 (:func:`~mq.replication.membership.fence`) and, for a partition, compared
 against the revision it read (compare-and-swap), so two controllers, or a
-controller and a stale copy of itself, can never both win.
+controller and a stale copy of itself, can never both win. The one other
+writer is a partition's leader changing its ISR (:func:`alter_isr`): compared
+against the revision read and refused unless the state still names it leader
+in the same epoch, so it can never undo an election.
 
 :class:`ClusterView` is what a broker answers metadata from: loaded with one
 read and kept current by a watch from that read's revision, so it misses

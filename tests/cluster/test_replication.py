@@ -62,8 +62,14 @@ async def _isr(cluster: LocalCluster, topic: str, index: int = 0, via: str = "")
 
 
 async def _leader(cluster: LocalCluster, topic: str, index: int = 0) -> int:
-    state = await partition_state(cluster.bootstrap, topic, index)
-    return state["leader"] if state else -1
+    """The partition's leader, once some broker's view has one."""
+
+    async def known() -> int | None:
+        state = await partition_state(cluster.bootstrap, topic, index)
+        return state["leader"] if state and state["leader"] >= 0 else None
+
+    found: int = await wait_until(known, what=f"a leader of {topic}-{index}")
+    return found
 
 
 async def _produce(
@@ -106,7 +112,7 @@ async def test_a_frozen_follower_leaves_the_isr_and_rejoins_after_catching_up(
         )
         # acks=all keeps working with the two replicas left (min.insync.replicas=2)
         offsets = await _produce(
-            cluster.bootstrap, "frozen", [b"while-frozen-%d" % i for i in range(500)]
+            _others(cluster, follower), "frozen", [b"while-frozen-%d" % i for i in range(500)]
         )
         assert offsets == list(range(500))
     finally:
@@ -223,3 +229,48 @@ async def test_a_clean_shutdown_hands_its_leaderships_over_first(cluster: LocalC
         assert state is not None
         assert state["leader"] not in (-1, leader), state
     assert await _produce(others, "handover", [b"after"]) == [100]
+
+
+async def test_reassigning_a_partition_to_a_new_broker_copies_it_and_moves_leadership(
+    cluster: LocalCluster,
+) -> None:
+    await _create(cluster, "moving", min_insync_replicas="2")
+    values = [b"m-%d" % i for i in range(3_000)]
+    assert await _produce(cluster.bootstrap, "moving", values) == list(range(3_000))
+    state = await partition_state(cluster.bootstrap, "moving", 0)
+    assert state is not None
+    dropped = state["replicas"][-1]
+    new = await asyncio.to_thread(cluster.add_broker)
+    new_id = max(cluster.brokers)
+    await wait_until(
+        lambda: _registered(cluster.bootstrap, new_id), what="the new broker registering"
+    )
+    target = [new_id, *state["replicas"][:-1]]  # the new broker leads once in sync
+    tp = TopicPartition("moving", 0)
+    async with Admin(bootstrap=cluster.bootstrap) as admin:
+        await admin.reassign_partitions({tp: target})
+
+    async def moved() -> bool:
+        found = await partition_state(cluster.bootstrap, "moving", 0)
+        return (
+            found is not None
+            and found["replicas"] == target
+            and found["leader"] == new_id
+            and sorted(found["isr"]) == sorted(target)
+        )
+
+    await wait_until(moved, what="the reassignment completing")
+    # writes go on through the move; nothing acknowledged before it is lost
+    assert await _produce(cluster.bootstrap, "moving", [b"after"]) == [3_000]
+    got = await consume(new.bootstrap, [tp], 3_001)
+    assert [r.value for r in got[tp]] == [*values, b"after"]
+    removed = cluster.broker(dropped).data_dir / "moving-0"
+    await wait_until(lambda: _gone(removed), what="the dropped replica's files going")
+
+
+async def _registered(bootstrap: str, node: int) -> bool:
+    return node in {b["node_id"] for b in (await metadata(bootstrap))["brokers"]}
+
+
+async def _gone(path: Path) -> bool:
+    return not path.exists()
