@@ -44,7 +44,6 @@ from mq.storage.log import AppendInfo, Log
 from mq.storage.segment import Slice
 from mq.storage.writer import LogWriter
 
-
 log = logging.getLogger(__name__)
 
 
