@@ -273,4 +273,4 @@ async def _registered(bootstrap: str, node: int) -> bool:
 
 
 async def _gone(path: Path) -> bool:
-    return not path.exists()
+    return not await asyncio.to_thread(path.exists)
