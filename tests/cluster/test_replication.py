@@ -9,10 +9,12 @@ frozen broker is noticed within a few seconds; every wait is bounded.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from client_helpers import consume
 from cluster_helpers import (
     CLUSTER_SETTINGS,
@@ -23,6 +25,7 @@ from cluster_helpers import (
 )
 
 from cli.local_cluster import LocalCluster
+from cli.main import main
 from mq import Admin, Producer, TopicPartition
 from mq.errors import NotEnoughReplicasError
 
@@ -274,3 +277,35 @@ async def _registered(bootstrap: str, node: int) -> bool:
 
 async def _gone(path: Path) -> bool:
     return not await asyncio.to_thread(path.exists)
+
+
+async def test_rebalance_spreads_replicas_and_leaders_onto_a_new_broker(
+    cluster: LocalCluster,
+) -> None:
+    await _create(cluster, "spread", partitions=8, replicas=2)
+    await _produce(cluster.bootstrap, "spread", [b"x%d" % i for i in range(200)])
+    await asyncio.to_thread(cluster.add_broker)
+    await wait_until(lambda: _registered(cluster.bootstrap, 4), what="broker 4 registering")
+    result = await asyncio.to_thread(
+        CliRunner().invoke, main, ["cluster", "rebalance", "--bootstrap", cluster.bootstrap]
+    )
+    assert result.exit_code == 0, result.output
+
+    async def balanced() -> bool:
+        replicas: Counter[int] = Counter()
+        leaders: Counter[int] = Counter()
+        for index in range(8):
+            state = await partition_state(cluster.bootstrap, "spread", index)
+            if state is None or sorted(state["isr"]) != sorted(state["replicas"]):
+                return False
+            replicas.update(state["replicas"])
+            leaders[state["leader"]] += 1
+        return (
+            set(replicas) == {1, 2, 3, 4}
+            and max(replicas.values()) == 4
+            and (max(leaders.values()) == 2)
+        )
+
+    await wait_until(balanced, what="16 replicas and 8 leaders spread over 4 brokers")
+    got = await consume(cluster.bootstrap, [TopicPartition("spread", 0)], 200)
+    assert [r.value for r in got[TopicPartition("spread", 0)]] == [b"x%d" % i for i in range(200)]
