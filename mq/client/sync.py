@@ -21,13 +21,19 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 import uvloop
 
-from mq.client.admin import Admin, GroupDescription, TopicDescription
+from mq.client.admin import (
+    Admin,
+    ClusterDescription,
+    GroupDescription,
+    PartitionReassignment,
+    TopicDescription,
+)
 from mq.client.consumer import Consumer
 from mq.client.producer import Producer
 from mq.client.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
@@ -298,6 +304,22 @@ class SyncAdmin(_Wrapper):
 
     def delete_records(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         return self._thread.run(self._admin.delete_records(offsets))
+
+    def describe_cluster(self) -> ClusterDescription:
+        return self._thread.run(self._admin.describe_cluster())
+
+    def reassign_partitions(self, moves: Mapping[TopicPartition, Sequence[int] | None]) -> None:
+        self._thread.run(self._admin.reassign_partitions(moves))
+
+    def list_reassignments(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        return self._thread.run(self._admin.list_reassignments(partitions))
+
+    def elect_leaders(
+        self, partitions: Iterable[TopicPartition] | None = None
+    ) -> list[TopicPartition]:
+        return self._thread.run(self._admin.elect_leaders(partitions))
 
     def list_groups(self) -> list[tuple[str, str]]:
         return self._thread.run(self._admin.list_groups())
