@@ -250,6 +250,9 @@ class Broker:
             except MQError as exc:
                 log.warning("broker %d: metadata watch: %s", self.node_id, exc)
                 await asyncio.sleep(RETRY_S)
+            except Exception:  # a bug must not stop the view for good: log, reload
+                log.exception("broker %d: metadata watch failed", self.node_id)
+                await asyncio.sleep(RETRY_S)
             try:
                 self.view = await ClusterView.load(self.store)
             except MQError as exc:

@@ -54,9 +54,14 @@ class IsrManager:
         while True:
             await asyncio.sleep(max(0.05, lag_max / 2000))
             for partition in list(self._broker.partitions.values()):
-                lagging = partition.lagging(lag_max)
-                if lagging and partition.is_leader:
-                    self._write(partition, partition.isr - lagging, f"{sorted(lagging)} lagging")
+                try:
+                    lagging = partition.lagging(lag_max)
+                    if lagging and partition.is_leader:
+                        self._write(
+                            partition, partition.isr - lagging, f"{sorted(lagging)} lagging"
+                        )
+                except Exception:  # one partition's bug must not stop the others' checks
+                    log.exception("%s: checking the ISR", partition.name)
 
     def _write(self, partition: Partition, isr: Set[int], why: str) -> None:
         key = (partition.topic, partition.index)

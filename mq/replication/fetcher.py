@@ -148,8 +148,11 @@ class ReplicaFetcher:
                     )
                 )
                 backoff = BACKOFF_S
-            except MQError as exc:
-                log.info("node %d fetching from %d: %s", self.node_id, self.leader_id, exc)
+            except Exception as exc:  # MQError, or a bug: either way the fetcher goes on
+                if isinstance(exc, MQError):
+                    log.info("node %d fetching from %d: %s", self.node_id, self.leader_id, exc)
+                else:
+                    log.exception("node %d fetching from %d", self.node_id, self.leader_id)
                 self._close()
                 await asyncio.sleep(backoff)
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
