@@ -9,6 +9,7 @@ frozen broker is noticed within a few seconds; every wait is bounded.
 from __future__ import annotations
 
 import asyncio
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from cluster_helpers import (
 
 from cli.local_cluster import LocalCluster
 from cli.main import main
-from mq import Admin, Producer, TopicPartition
+from mq import Admin, Consumer, Producer, TopicPartition
 from mq.errors import NotEnoughReplicasError
 
 pytestmark = pytest.mark.slow
@@ -309,3 +310,27 @@ async def test_rebalance_spreads_replicas_and_leaders_onto_a_new_broker(
     await wait_until(balanced, what="16 replicas and 8 leaders spread over 4 brokers")
     got = await consume(cluster.bootstrap, [TopicPartition("spread", 0)], 200)
     assert [r.value for r in got[TopicPartition("spread", 0)]] == [b"x%d" % i for i in range(200)]
+
+
+async def test_committed_offsets_survive_their_coordinator_dying(cluster: LocalCluster) -> None:
+    await _create(cluster, "tracked")
+    await _produce(cluster.bootstrap, "tracked", [b"v%d" % i for i in range(10)])
+    tp = TopicPartition("tracked", 0)
+    async with Consumer(
+        bootstrap=cluster.bootstrap, group_id="survivors", enable_auto_commit=False
+    ) as consumer:
+        await consumer.commit({tp: 7})
+        assert await consumer.committed(tp) == 7
+    offsets_partition = zlib.crc32(b"survivors") % 10  # where the group's commits live
+    coordinator = await _leader(cluster, "__consumer_offsets", offsets_partition)
+    cluster.kill(coordinator)
+    others = _others(cluster, coordinator)
+
+    async def committed_elsewhere() -> int | None:
+        async with Consumer(
+            bootstrap=others, group_id="survivors", request_timeout_ms=3_000
+        ) as again:
+            return await again.committed(tp)
+
+    assert await wait_until(committed_elsewhere, what="the commit read from a new coordinator") == 7
+    assert await _leader(cluster, "__consumer_offsets", offsets_partition) != coordinator
