@@ -49,7 +49,7 @@ from mq.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from mq.replication.cluster_state import ClusterView, TopicRecord
+from mq.replication.cluster_state import ClusterView, TopicRecord, topic_key
 from mq.replication.controller import ControllerSeat
 from mq.replication.etcd_store import EtcdStore
 from mq.replication.local_store import LocalStore
@@ -384,9 +384,27 @@ class Broker:
             log.info("created topic %s with %d partitions", name, count)
         return record
 
+    async def catch_up_on(self, name: str) -> TopicRecord | None:
+        """A topic this broker's view does not have yet, if the store has it.
+
+        Another broker may just have created it (the watch brings it a moment
+        later): one read of the store, then a bounded wait for the view to
+        reach that revision, so a client sees its own topic wherever it asks.
+        """
+        found = self.view.topics.get(name)
+        if found is not None:
+            return found
+        entry = await self.store.get(topic_key(name))
+        if entry is None:
+            return None
+        revision = entry.mod_revision
+        with contextlib.suppress(RequestTimedOutError):
+            await self.wait_for_view(lambda: self.view.revision >= revision, WAIT_S / 2)
+        return self.view.topics.get(name)
+
     async def ensure_topic(self, name: str) -> TopicRecord:
         """The topic, created with the defaults if auto-creation is on (on the controller)."""
-        found = self.view.topics.get(name)
+        found = await self.catch_up_on(name)
         if found is not None:
             return found
         if not self.config.auto_create_topics or self.replicas.deleting(name):

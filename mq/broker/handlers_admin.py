@@ -73,7 +73,7 @@ async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -
     topics: list[MetadataTopic] = []
     for name in names:
         try:
-            info = view.topics.get(name)
+            info = view.topics.get(name) or await broker.catch_up_on(name)
             if info is None:
                 if not body["allow_auto_topic_creation"]:
                     raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -168,7 +168,7 @@ async def describe_configs(
     """Every topic setting with its effective value, marking those left at the default."""
     response: DescribeConfigsResponse = {"topics": []}
     for topic in body["topics"]:
-        info = broker.topic(topic["name"])
+        info = await broker.catch_up_on(topic["name"])
         if info is None:
             exc = UnknownTopicOrPartitionError(f"topic {topic['name']!r} does not exist")
             response["topics"].append(_failed(topic["name"], exc))  # type: ignore[arg-type]

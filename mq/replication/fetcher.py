@@ -28,7 +28,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from mq.client.connection import Connection
 from mq.errors import (
@@ -43,6 +43,7 @@ from mq.wire.apis_replication import (
     REPLICA_FETCH,
     ReplicaFetchedPartition,
     ReplicaFetchRequest,
+    ReplicaFetchResponse,
     ReplicaFetchTopic,
 )
 
@@ -97,9 +98,11 @@ class ReplicaFetcher:
 
     def add(self, replica: FollowerReplica) -> None:
         key = (replica.topic, replica.index)
+        if self.replicas.get(key) is replica and key not in self._paused_until:
+            return  # already fetched: nothing to hurry
         self.replicas[key] = replica
         self._paused_until.pop(key, None)
-        self._changed.set()
+        self._changed.set()  # a long poll in flight is not waited for: see _run
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(
                 self._run(), name=f"replica-fetcher-{self.leader_id}"
@@ -121,9 +124,9 @@ class ReplicaFetcher:
     async def _run(self) -> None:
         backoff = BACKOFF_S
         while True:
+            self._changed.clear()  # before the request is built: an add after it counts
             request = self._request()
             if request is None:
-                self._changed.clear()
                 wait = self._next_unpause()
                 try:
                     await asyncio.wait_for(self._changed.wait(), wait)
@@ -132,9 +135,12 @@ class ReplicaFetcher:
                 continue
             try:
                 connection = await self._connect()
-                response = await connection.call(
+                answer = await connection.request(
                     REPLICA_FETCH, request, timeout_s=self._max_wait_ms / 1000 + 10
                 )
+                if not await self._answered_first(answer):
+                    continue  # a new partition to follow: ask again now, with it
+                response = answer.result()
                 sent = {
                     (t["name"], p["partition"]): p["fetch_offset"]
                     for t in request["topics"]
@@ -156,6 +162,23 @@ class ReplicaFetcher:
                 self._close()
                 await asyncio.sleep(backoff)
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
+
+    async def _answered_first(self, answer: asyncio.Future[ReplicaFetchResponse]) -> bool:
+        """Wait for ``answer``, or until a partition is added (then drop the answer).
+
+        A new follower does not wait out a long poll sent without it. A dropped
+        answer's records are simply fetched again: nothing was appended from it.
+        """
+        changed: asyncio.Future[Any] = asyncio.ensure_future(self._changed.wait())
+        waiting: set[asyncio.Future[Any]] = {answer, changed}
+        try:
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+        if answer.done():
+            return True
+        answer.add_done_callback(_retrieve)
+        return False
 
     def _request(self) -> ReplicaFetchRequest | None:
         now = time.monotonic()
@@ -266,3 +289,8 @@ class ReplicaFetcher:
 
     def _pause(self, key: tuple[str, int]) -> None:
         self._paused_until[key] = time.monotonic() + BACKOFF_S * 2
+
+
+def _retrieve(future: asyncio.Future[ReplicaFetchResponse]) -> None:
+    if not future.cancelled():
+        future.exception()

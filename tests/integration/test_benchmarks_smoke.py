@@ -1,7 +1,8 @@
 """The client benchmarks still run end to end (tiny sizes; the figures are not checked).
 
 Each runs as ``python -m benchmarks.<name>`` from the repository root, as a
-user would, with its own broker process (and, for W4, its consumer process).
+user would, with its own broker process (and, for W4, its consumer process;
+for W5, a cluster of 3 brokers and a real etcd).
 """
 
 from __future__ import annotations
@@ -49,3 +50,24 @@ def test_w1_w3_client_runs_and_verifies() -> None:
     assert w1["verified"] is True
     assert w3["verified"] is True
     assert w1["messages"] == w3["messages"] == 2000
+
+
+def test_w5_replication_runs_and_verifies() -> None:
+    args = ("--messages", "3000", "--runs", "1", "--rate", "500")
+    rf1, rf3, ratio = run_benchmark("benchmarks.replication", *args, "--latency-seconds", "0.5")
+
+    assert (rf1["setup"], rf3["setup"]) == ("RF=1 acks=1", "RF=3 acks=all")
+    for figure in (rf1, rf3):
+        assert figure["workload"] == "W5 produce"
+        assert figure["verified"] is True, figure["problem"]
+        assert figure["messages"] == 3000
+        assert figure["msg_per_s"] > 0
+        assert 0 < figure["ack_p50_ms"] <= figure["ack_p99_ms"] <= figure["ack_max_ms"]
+        [run] = figure["runs"]
+        assert len(run["broker_cpu_s"]) == 3
+    assert rf1["runs"][0]["isr"] == [rf1["runs"][0]["leader"]]
+    assert sorted(rf3["runs"][0]["isr"]) == [1, 2, 3]
+    assert "min.insync.replicas=2" in rf3["durability"]
+    assert ratio["workload"] == "W5 ratio"
+    assert ratio["median"] > 0
+    assert ratio["broker_log_problems"] == []
