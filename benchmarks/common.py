@@ -52,8 +52,7 @@ class Broker:
 
     def cpu_seconds(self) -> float:
         """User + system CPU the broker process has used so far."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14, 15)
+        return process_cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -63,6 +62,12 @@ class Broker:
             self.proc.kill()
             self.proc.wait(15)
         self._reader.join(15)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU a process has used so far (``/proc/PID/stat`` fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 def percentile(ordered: Sequence[float], q: float) -> float:

@@ -49,7 +49,6 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import statistics
 import sys
 import tempfile
@@ -64,7 +63,7 @@ from typing import Any, Literal
 import uvloop
 
 from benchmarks.client import payloads
-from benchmarks.common import cpu_pressure_seconds, percentile
+from benchmarks.common import cpu_pressure_seconds, percentile, process_cpu_seconds
 from cli.local_cluster import LocalCluster
 from mq import Admin, Producer, RecordFuture
 
@@ -80,7 +79,6 @@ MIN_SLEEP_NS = 1_000_000
 """uvloop rounds timers to whole ms: a shorter sleep would be a busy poll."""
 LOG_LINES_SHOWN = 10
 """Broker WARNING/ERROR lines printed (all are counted)."""
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -206,12 +204,6 @@ class Meter:
 
     def _read(self) -> list[float]:
         return [process_cpu_seconds(pid) for pid in self.pids]
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU a process has used so far (``/proc/PID/stat`` fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
 
 
 # -- one setup, one run --------------------------------------------------------------------------
