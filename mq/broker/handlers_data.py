@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any, cast
 
 from mq.broker.broker import Broker
-from mq.broker.context import RequestContext, set_error
+from mq.broker.context import RequestContext, by_topic, set_error, wait_for_any
 from mq.broker.partition import Partition
 from mq.errors import InvalidTopicError, MQError, RequestTimedOutError
 from mq.storage.log import AppendInfo
@@ -151,26 +152,14 @@ async def fetch(broker: Broker, ctx: RequestContext, body: FetchRequest) -> Fetc
         remaining = deadline - time.monotonic()
         if total >= body["min_bytes"] or remaining <= 0 or ctx.closing:
             break
-        waiters = [
-            broker.partitions[key].wait_for_data()
+        hosted = [
+            broker.partitions[key]
             for key, result in results.items()
-            if not result["error"] and key in broker.partitions and broker.partitions[key].is_leader
+            if not result["error"] and key in broker.partitions
         ]
-        if not waiters:
+        if not await wait_for_any(hosted, remaining):
             break
-        await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-        for waiter in waiters:
-            waiter.cancel()
-    response: FetchResponse = {"topics": []}
-    for topic in body["topics"]:
-        response["topics"].append(
-            {
-                "name": topic["name"],
-                "partitions": [
-                    results[(topic["name"], p["partition"])] for p in topic["partitions"]
-                ],
-            }
-        )
+    response: FetchResponse = {"topics": cast(Any, by_topic(body["topics"], results))}
     return response
 
 

@@ -11,11 +11,11 @@ Long poll as fetch: the answer waits up to max_wait_ms for min_bytes.
 
 from __future__ import annotations
 
-import asyncio
 import time
+from typing import Any, cast
 
 from mq.broker.broker import Broker
-from mq.broker.context import RequestContext, set_error
+from mq.broker.context import RequestContext, by_topic, set_error, wait_for_any
 from mq.broker.partition import Partition
 from mq.errors import MQError, NotLeaderOrFollowerError, OffsetOutOfRangeError
 from mq.wire.apis_replication import (
@@ -137,20 +137,7 @@ async def replica_fetch(
         remaining = deadline - time.monotonic()
         if answered or total >= body["min_bytes"] or remaining <= 0 or ctx.closing:
             break
-        waiters = [p.wait_for_data() for p, _ in ready.values() if p.is_leader]
-        if not waiters:
+        if not await wait_for_any((p for p, _ in ready.values()), remaining):
             break
-        await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-        for waiter in waiters:
-            waiter.cancel()
-    response: ReplicaFetchResponse = {"topics": []}
-    for topic in body["topics"]:
-        response["topics"].append(
-            {
-                "name": topic["name"],
-                "partitions": [
-                    results[(topic["name"], p["partition"])] for p in topic["partitions"]
-                ],
-            }
-        )
+    response: ReplicaFetchResponse = {"topics": cast(Any, by_topic(body["topics"], results))}
     return response
