@@ -6,8 +6,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from cluster_helpers import CLUSTER_SETTINGS
 from etcd_process import EtcdProcess
 
+from cli.local_cluster import LocalCluster
 from mq.replication.etcd_store import EtcdStore
 from mq.replication.local_store import LocalStore
 from mq.replication.store import MetadataStore
@@ -37,3 +39,14 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         yield made
     finally:
         await made.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """Three real brokers (node ids 1..3) and their etcd, stopped after the test."""
+    made = LocalCluster(tmp_path / "cluster", 3, settings=CLUSTER_SETTINGS)
+    made.start()
+    try:
+        yield made
+    finally:
+        made.stop()

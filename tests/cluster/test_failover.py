@@ -16,12 +16,10 @@ import contextlib
 import itertools
 import random
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from client_helpers import consume
-from cluster_helpers import CLUSTER_SETTINGS, partition_state, wait_until
+from cluster_helpers import partition_state, wait_until
 
 from cli.local_cluster import LocalCluster
 from mq import Admin, Consumer, Producer, TopicPartition
@@ -32,16 +30,6 @@ TOPIC = "chaos"
 PARTITIONS = 3
 MESSAGES = 100_000
 KILL_EVERY_S = 2.5
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    made = LocalCluster(tmp_path / "cluster", 3, settings=CLUSTER_SETTINGS)
-    made.start()
-    try:
-        yield made
-    finally:
-        made.stop()
 
 
 async def _chaos(cluster: LocalCluster, stop: asyncio.Event, kills: list[int]) -> None:

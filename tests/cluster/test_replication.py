@@ -11,14 +11,12 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from client_helpers import consume
 from cluster_helpers import (
-    CLUSTER_SETTINGS,
     metadata,
     partition_state,
     replica_batches,
@@ -31,16 +29,6 @@ from mq import Admin, Consumer, Producer, TopicPartition
 from mq.errors import NotEnoughReplicasError
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    made = LocalCluster(tmp_path / "cluster", 3, settings=CLUSTER_SETTINGS)
-    made.start()
-    try:
-        yield made
-    finally:
-        made.stop()
 
 
 async def _create(
