@@ -11,7 +11,8 @@ The public client API, shaped like aiokafka's::
         async for record in consumer:
             ...
 
-:class:`Producer`, :class:`Consumer` and :class:`Admin` are asyncio clients;
+:class:`Producer`, :class:`Consumer`, :class:`QueueClient` (queues: receive, ack,
+dead letters) and :class:`Admin` are asyncio clients;
 :class:`SyncProducer`, :class:`SyncConsumer` and :class:`SyncAdmin` wrap them
 for blocking code. Every error is an :class:`MQError` (see :mod:`mq.errors`).
 The storage engine lives in :mod:`mq.storage`, the broker in :mod:`mq.broker`.
@@ -26,6 +27,10 @@ from mq.client import (
     ConsumerRecord,
     OffsetAndTimestamp,
     Producer,
+    QueueAttributes,
+    QueueClient,
+    QueueMessage,
+    Receipt,
     RecordFuture,
     RecordMetadata,
     SyncAdmin,
@@ -43,6 +48,10 @@ __all__ = [
     "MQError",
     "OffsetAndTimestamp",
     "Producer",
+    "QueueAttributes",
+    "QueueClient",
+    "QueueMessage",
+    "Receipt",
     "RecordFuture",
     "RecordMetadata",
     "SyncAdmin",

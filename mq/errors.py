@@ -411,6 +411,18 @@ class FencedInstanceIdError(MQError):
     default_message = "another member with the same group instance id replaced this one"
 
 
+# -- queues (share groups) ------------------------------------------------------------
+
+
+class InvalidReceiptError(MQError):
+    """The receipt does not name a message leased now: its lease expired (and it may
+    have been delivered again), or it was already acked or dead-lettered."""
+
+    code = 121
+    name = "INVALID_RECORD_STATE"
+    default_message = "the message is not leased under this receipt"
+
+
 # -- security (the handlers come later; the codes are part of the protocol now) ---------
 
 

@@ -61,6 +61,7 @@ from mq.wire.limits import validate_topic_name
 
 if TYPE_CHECKING:
     from mq.broker.coordinator import GroupCoordinator
+    from mq.broker.queues import ShareManager
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class Broker:
         self.advertised: tuple[str, int] = (config.host, config.port)
         self.producer_ids = ProducerIdAllocator(self.store, config.data_dir)
         self.coordinator: GroupCoordinator | None = None
+        self.queues: ShareManager | None = None
         self.cluster_id = ""
         """Made by the first broker of the cluster, kept in the metadata store."""
         self.served_apis: frozenset[int] = frozenset()
@@ -402,25 +404,42 @@ class Broker:
             await self.wait_for_view(lambda: self.view.revision >= revision, WAIT_S / 2)
         return self.view.topics.get(name)
 
-    async def ensure_topic(self, name: str) -> TopicRecord:
-        """The topic, created with the defaults if auto-creation is on (on the controller)."""
+    async def ensure_topic(
+        self,
+        name: str,
+        partitions: int = -1,
+        replication_factor: int = -1,
+        configs: dict[str, str] | None = None,
+        *,
+        internal: bool = False,
+    ) -> TopicRecord:
+        """The topic, created (on the controller, with fewer replicas if fewer brokers
+        live) if it does not exist: user topics only if auto-creation is on."""
         found = await self.catch_up_on(name)
         if found is not None:
             return found
-        if not self.config.auto_create_topics or self.replicas.deleting(name):
+        if (not internal and not self.config.auto_create_topics) or self.replicas.deleting(name):
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         validate_topic_name(name)
+        configs = dict(configs or {})
         if self.is_controller:
             with contextlib.suppress(TopicAlreadyExistsError):
-                await self.create_topic(name, -1, -1, cap_to_live=True)
+                await self.create_topic(
+                    name,
+                    partitions,
+                    replication_factor,
+                    configs,
+                    internal=internal,
+                    cap_to_live=True,
+                )
         else:
             body = {
                 "topics": [
                     {
                         "name": name,
-                        "partitions": -1,
-                        "replication_factor": -1,
-                        "configs": {},
+                        "partitions": partitions,
+                        "replication_factor": replication_factor,
+                        "configs": configs,
                     }
                 ],
                 "timeout_ms": int(WAIT_S * 1000),

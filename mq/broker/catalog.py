@@ -4,7 +4,8 @@ Topic configs are stored (in the metadata store, with the topic) as the
 Kafka-style strings the user gave (``retention.ms`` …) and turned into a
 :class:`~mq.storage.config.LogConfig` over the broker's defaults when a
 replica opens; ``min.insync.replicas`` and ``unclean.leader.election.enable``
-belong to replication, not the log.
+belong to replication, and the ``queue.*`` keys to share groups
+(:mod:`mq.queues.config`), not the log.
 
 Versions before the metadata store kept topics in ``<data>/topics.json``;
 :class:`LegacyCatalog` reads that once so a single node adopts its topics.
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mq.errors import InvalidConfigError
+from mq.queues.config import QUEUE_CONFIG_KEYS, share_config
 from mq.storage.config import LogConfig
 
 FILE_NAME = "topics.json"
@@ -39,12 +41,16 @@ TOPIC_CONFIG_KEYS = {
     "delete.retention.ms",
     "min.insync.replicas",
     "unclean.leader.election.enable",
+    *QUEUE_CONFIG_KEYS,
 }
 """Settings a topic may override (everything else is the broker's)."""
 
 
 OFFSETS_TOPIC = "__consumer_offsets"
 """The internal topic of committed offsets (see :mod:`mq.broker.offsets`)."""
+SHARE_STATE_TOPIC = "__share_state"
+"""The internal topic of share groups' state (see :mod:`mq.broker.share_store`)."""
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, SHARE_STATE_TOPIC})
 
 REPLICATION_CONFIG_KEYS = {"min.insync.replicas", "unclean.leader.election.enable"}
 """Topic configs of the cluster rather than the log."""
@@ -62,15 +68,22 @@ class TopicInfo:
 
 
 def split_topic_configs(configs: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """(log configs, replication configs) of a topic."""
-    log_part = {k: v for k, v in configs.items() if k not in REPLICATION_CONFIG_KEYS}
+    """(log configs, replication configs) of a topic (queue configs are in neither)."""
+    log_part = {
+        k: v
+        for k, v in configs.items()
+        if k not in REPLICATION_CONFIG_KEYS and k not in QUEUE_CONFIG_KEYS
+    }
     return log_part, {k: v for k, v in configs.items() if k in REPLICATION_CONFIG_KEYS}
 
 
 def topic_log_config(defaults: LogConfig, configs: dict[str, str]) -> LogConfig:
     """The log settings of a topic: ``configs`` over the broker's defaults (all checked)."""
     overrides: dict[str, Any] = {}
+    share_config(configs)
     for key, value in configs.items():
+        if key in QUEUE_CONFIG_KEYS:
+            continue
         if key not in TOPIC_CONFIG_KEYS:
             raise InvalidConfigError(f"unknown topic config {key!r}")
         if key == "min.insync.replicas":

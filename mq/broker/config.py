@@ -36,6 +36,9 @@ class BrokerConfig:
     default_partitions: int = 1
     offsets_partitions: int = 10
     """Partitions of ``__consumer_offsets`` (fixed once the topic exists)."""
+    share_state_partitions: int = 10
+    """Partitions of ``__share_state``, where share groups keep their state (fixed once
+    the topic exists; replicated like ``__consumer_offsets``)."""
     retention_check_ms: int = 60_000
     """How often retention runs over every partition."""
     cleaner_backoff_ms: int = 15_000
@@ -76,6 +79,7 @@ class BrokerConfig:
             "session_timeout_ms",
             "default_replication_factor",
             "offsets_replication_factor",
+            "share_state_partitions",
             "min_insync_replicas",
             "replica_lag_time_max_ms",
             "replica_fetch_max_bytes",

@@ -11,7 +11,7 @@ from typing import Any
 
 from mq.broker.broker import Broker
 from mq.broker.catalog import (
-    OFFSETS_TOPIC,
+    INTERNAL_TOPICS,
     TOPIC_CONFIG_KEYS,
     split_topic_configs,
     topic_log_config,
@@ -24,6 +24,7 @@ from mq.errors import (
     OffsetOutOfRangeError,
     UnknownTopicOrPartitionError,
 )
+from mq.queues.config import DEFAULTS as QUEUE_DEFAULTS
 from mq.replication.membership import BrokerInfo
 from mq.replication.placement import PartitionState
 from mq.storage.log import Log
@@ -127,8 +128,8 @@ async def create_topics(
                 topic["replication_factor"],
                 topic["configs"],
                 validate_only=body["validate_only"],
-                internal=topic["name"] == OFFSETS_TOPIC,
-                cap_to_live=topic["name"] == OFFSETS_TOPIC,
+                internal=topic["name"] in INTERNAL_TOPICS,
+                cap_to_live=topic["name"] in INTERNAL_TOPICS,
             )
         except MQError as exc:
             response["topics"].append(_failed(topic["name"], exc))  # type: ignore[arg-type]
@@ -184,6 +185,8 @@ async def describe_configs(
                 value = broker.min_insync_replicas(info)
             elif key == "unclean.leader.election.enable":
                 value = info.configs.get(key, "false")
+            elif key in QUEUE_DEFAULTS:
+                value = info.configs.get(key, QUEUE_DEFAULTS[key])
             else:
                 value = getattr(effective, key.replace(".", "_"))
                 value = getattr(value, "value", value)

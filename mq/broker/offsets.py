@@ -18,7 +18,6 @@ Thread safety: one event loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import zlib
@@ -35,13 +34,10 @@ from mq.errors import (
     CorruptRecordError,
     MQError,
     NotCoordinatorError,
-    TopicAlreadyExistsError,
-    error_for_code,
 )
 from mq.groups.assignors import TopicPartition
 from mq.storage.records import RecordInput, build_batch, decode_records
 from mq.storage.segment import Slice
-from mq.wire.apis_core import CREATE_TOPICS
 
 log = logging.getLogger(__name__)
 
@@ -86,36 +82,13 @@ class OffsetStore:
 
     async def ensure_topic(self) -> None:
         """Create the topic if it does not exist yet (on the controller)."""
-        if self._broker.topic(OFFSETS_TOPIC) is not None:
-            return
-        if self._broker.is_controller:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await self._broker.create_topic(
-                    OFFSETS_TOPIC,
-                    self._default_partitions,
-                    self._broker.config.offsets_replication_factor,
-                    self.topic_configs(),
-                    internal=True,
-                    cap_to_live=True,
-                )
-            return
-        body = {
-            "topics": [
-                {
-                    "name": OFFSETS_TOPIC,
-                    "partitions": self._default_partitions,
-                    "replication_factor": self._broker.config.offsets_replication_factor,
-                    "configs": self.topic_configs(),
-                }
-            ],
-            "timeout_ms": 10_000,
-            "validate_only": False,
-        }
-        response = await self._broker.peers.call_controller(CREATE_TOPICS, body)
-        error = response["topics"][0]["error"]
-        if error and error != TopicAlreadyExistsError.code:
-            raise error_for_code(error)(response["topics"][0]["message"] or "")
-        await self._broker.wait_for_view(lambda: self._broker.topic(OFFSETS_TOPIC) is not None)
+        await self._broker.ensure_topic(
+            OFFSETS_TOPIC,
+            self._default_partitions,
+            self._broker.config.offsets_replication_factor,
+            self.topic_configs(),
+            internal=True,
+        )
 
     def topic_configs(self) -> dict[str, str]:
         segment_bytes = min(SEGMENT_BYTES, self._broker.config.log.segment_bytes)

@@ -4,6 +4,8 @@ Topic changes (and the other controller APIs) may reach any broker; one that
 is not the controller forwards the request, as it came, to the one that is
 and answers with its response (Kafka's KIP-590 forwarding). The controller is
 whoever the view says; while there is none, the call waits for one (bounded).
+Share groups write their state and dead letters to partitions led elsewhere
+through :meth:`Peers.call_leader`.
 
 Thread safety: one event loop.
 """
@@ -14,7 +16,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mq.client.connection import Connection
-from mq.errors import NetworkError, NotControllerError
+from mq.errors import LeaderNotAvailableError, NetworkError, NotControllerError
 from mq.wire.registry import Api
 
 if TYPE_CHECKING:
@@ -49,6 +51,17 @@ class Peers:
             if loop.time() >= deadline:
                 raise NotControllerError("no controller could be reached")
             await asyncio.sleep(RETRY_S)
+
+    async def call_leader(self, topic: str, index: int, api: Api[Any, RespT], body: Any) -> RespT:
+        """Send ``body`` to the broker the view says leads ``topic``-``index`` (once; the
+        caller retries on NOT_LEADER, which it gets as an error in the response)."""
+        broker = self._broker
+        state = broker.view.partitions.get((topic, index))
+        info = broker.view.brokers.get(state.leader) if state is not None else None
+        if info is None or state is None:
+            raise LeaderNotAvailableError(f"{topic}-{index} has no live leader")
+        connection = await self._connection((info.host, info.port))
+        return await connection.call(api, body, timeout_s=WAIT_S)
 
     async def _connection(self, address: tuple[str, int]) -> Connection:
         found = self._connections.get(address)

@@ -110,6 +110,8 @@ class ReplicaManager:
         coordinator = self._broker.coordinator
         if coordinator is not None and partition.topic == OFFSETS_TOPIC:
             coordinator.offsets.partition_changed(partition)
+        if self._broker.queues is not None:
+            self._broker.queues.partition_changed(partition)
 
     def _route(self, partition: Partition) -> None:
         """Hand a follower to its leader's fetcher; take anything else out of every fetcher."""

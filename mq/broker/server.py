@@ -27,14 +27,23 @@ from mq.broker import (
     handlers_cluster,
     handlers_data,
     handlers_groups,
+    handlers_queues,
     handlers_replication,
 )
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext
 from mq.broker.coordinator import GroupCoordinator
 from mq.broker.offsets import OffsetStore
+from mq.broker.queues import ShareManager
 from mq.errors import MQError, ProtocolError, UnsupportedVersionError
-from mq.wire import apis_cluster, apis_core, apis_data, apis_groups, apis_replication
+from mq.wire import (
+    apis_cluster,
+    apis_core,
+    apis_data,
+    apis_groups,
+    apis_queues,
+    apis_replication,
+)
 from mq.wire.frames import FrameDecoder
 from mq.wire.messages import (
     Request,
@@ -97,6 +106,9 @@ HANDLERS: dict[int, Handler] = {
     apis_groups.OFFSET_FETCH.key: handlers_groups.offset_fetch,
     apis_groups.DESCRIBE_GROUPS.key: handlers_groups.describe_groups,
     apis_groups.LIST_GROUPS.key: handlers_groups.list_groups,
+    apis_queues.QUEUE_RECEIVE.key: handlers_queues.queue_receive,
+    apis_queues.QUEUE_ACK.key: handlers_queues.queue_ack,
+    apis_queues.DESCRIBE_QUEUE.key: handlers_queues.describe_queue,
 }
 
 _connection_ids = itertools.count(1)
@@ -233,6 +245,8 @@ class Server:
             self.broker, OffsetStore(self.broker, config.offsets_partitions)
         )
         self.broker.coordinator = coordinator
+        queues = ShareManager(self.broker)
+        self.broker.queues = queues
         await self.broker.start()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
@@ -241,6 +255,7 @@ class Server:
         host, port = self._server.sockets[0].getsockname()[:2]
         await self.broker.join((config.host, port))
         await coordinator.start()
+        await queues.start()
         log.info("mq broker %d listening on %s:%d", config.node_id, host, port)
         return config.host, port
 
@@ -252,6 +267,8 @@ class Server:
             connection.close()
         if self._server is not None:
             await self._server.wait_closed()
+        if self.broker.queues is not None:
+            await self.broker.queues.stop()
         if self.broker.coordinator is not None:
             await self.broker.coordinator.stop()
         await self.broker.stop()

@@ -12,6 +12,7 @@ Split by role, as aiokafka is (STYLE habit 11):
 * :mod:`mq.client.consumer`, with :mod:`~mq.client.fetcher` (prefetch, lazy
   decoding), :mod:`~mq.client.group` (membership), :mod:`~mq.client.listener`
   (rebalance callbacks) and :mod:`~mq.client.offsets`;
+* :mod:`mq.client.queue`: queues (share groups: receive, ack, nack, dead letters);
 * :mod:`mq.client.admin`; and :mod:`mq.client.sync`, blocking wrappers.
 """
 
@@ -20,6 +21,7 @@ from mq.client.consumer import Consumer
 from mq.client.futures import RecordFuture
 from mq.client.listener import ConsumerRebalanceListener
 from mq.client.producer import Producer
+from mq.client.queue import QueueAttributes, QueueClient, QueueMessage, Receipt
 from mq.client.sync import SyncAdmin, SyncConsumer, SyncProducer
 from mq.client.types import (
     ConsumerRecord,
@@ -35,6 +37,10 @@ __all__ = [
     "ConsumerRecord",
     "OffsetAndTimestamp",
     "Producer",
+    "QueueAttributes",
+    "QueueClient",
+    "QueueMessage",
+    "Receipt",
     "RecordFuture",
     "RecordMetadata",
     "SyncAdmin",

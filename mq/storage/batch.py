@@ -268,6 +268,14 @@ def iter_batches(buf: Buffer, pos: int = 0, end: int | None = None) -> Iterator[
         pos += header.size
 
 
+def split_batches(buf: Buffer) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """Each batch of ``buf`` (checked, as :func:`iter_batches`) with a view of its bytes."""
+    view, pos = memoryview(buf), 0
+    for header in iter_batches(buf):
+        yield header, view[pos : pos + header.size]
+        pos += header.size
+
+
 class ScanResult(NamedTuple):
     """What :func:`scan` found: the valid prefix and, if any, why it stopped."""
 

@@ -31,6 +31,9 @@ key   name                           purpose
 45    alter_partition_reassignments  start or cancel moves of partitions to new replicas
 46    list_partition_reassignments   the partition moves in progress
 1000  replica_fetch                  a follower pulls from its leader (reads to the log end)
+1010  queue_receive                  lease records to a share group's consumer (long poll)
+1011  queue_ack                      ack, release, reject or extend leased records
+1012  describe_queue                 a share group's counts per partition (visible, in flight…)
 ====  =============================  ==============================================================
 
 Keys held for APIs to come (:data:`RESERVED_KEYS`); each arrives as one
@@ -39,7 +42,14 @@ Keys held for APIs to come (:data:`RESERVED_KEYS`); each arrives as one
 
 from __future__ import annotations
 
-from mq.wire import apis_cluster, apis_core, apis_data, apis_groups, apis_replication
+from mq.wire import (
+    apis_cluster,
+    apis_core,
+    apis_data,
+    apis_groups,
+    apis_queues,
+    apis_replication,
+)
 from mq.wire.registry import all_apis
 
 RESERVED_KEYS: dict[int, str] = {
@@ -49,15 +59,11 @@ RESERVED_KEYS: dict[int, str] = {
     42: "delete_groups",
     50: "describe_user_scram_credentials",
     51: "alter_user_scram_credentials",
-    1010: "queue_receive",
-    1011: "queue_ack",
-    1012: "queue_release",
-    1013: "queue_change_visibility",
 }
 """Keys set aside for later APIs, by the name each will be declared with: ACLs
-and SCRAM users (Kafka's keys), group deletion, and the queue (share group) APIs."""
+and SCRAM users (Kafka's keys), and group deletion."""
 
-AREAS = (apis_core, apis_data, apis_groups, apis_replication, apis_cluster)
+AREAS = (apis_core, apis_data, apis_groups, apis_replication, apis_cluster, apis_queues)
 """The modules whose ``define_api`` calls make up the protocol."""
 
 __all__ = ["AREAS", "RESERVED_KEYS", "all_apis"]

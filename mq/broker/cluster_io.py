@@ -1,0 +1,100 @@
+"""Appends to and reads of any partition of the cluster, from inside the broker.
+
+Share groups keep their state in an internal topic and copy dead letters to
+another topic; the partition they write may be led here (a local append) or
+by another broker (a produce request through :class:`~mq.broker.peers.Peers`).
+Both wait for acks=all, so what they wrote is as durable as acknowledged user
+data. Reads return whole batches below the high watermark.
+
+Thread safety: one event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from mq.errors import error_for_code
+from mq.storage.batch import iter_batches
+from mq.wire.apis_data import FETCH, PRODUCE
+
+if TYPE_CHECKING:
+    from mq.broker.broker import Broker
+
+READ_BYTES = 1 << 20
+TIMEOUT_MS = 10_000
+
+
+async def append(broker: Broker, topic: str, index: int, batch: bytes) -> int:
+    """Append one batch with acks=all wherever the partition is led; its first offset."""
+    local = broker.partitions.get((topic, index))
+    if local is not None and local.is_leader:
+        info = await local.append(batch, acks=-1)
+        return info.first_offset
+    body = {
+        "transactional_id": None,
+        "acks": -1,
+        "timeout_ms": TIMEOUT_MS,
+        "topics": [{"name": topic, "partitions": [{"partition": index, "records": batch}]}],
+    }
+    response = await broker.peers.call_leader(topic, index, PRODUCE, body)
+    result = response["topics"][0]["partitions"][0]
+    _raise_for(result["error"], result["message"])
+    return int(result["base_offset"])
+
+
+async def read(broker: Broker, topic: str, index: int, start: int) -> AsyncIterator[bytes]:
+    """Chunks of whole batches from ``start`` up to the high watermark as it is now."""
+    local = broker.partitions.get((topic, index))
+    if local is not None and local.is_leader:
+        offset, end = max(start, local.log.log_start_offset), local.high_watermark
+        while offset < end and (found := local.read(offset, READ_BYTES)) is not None:
+            yield bytes(found.data)
+            offset = found.next_offset
+        return
+    offset = start
+    while True:
+        body = {
+            "max_wait_ms": 0,
+            "min_bytes": 0,
+            "max_bytes": READ_BYTES,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition": index,
+                            "fetch_offset": offset,
+                            "partition_max_bytes": READ_BYTES,
+                            "current_leader_epoch": -1,
+                        }
+                    ],
+                }
+            ],
+        }
+        response = await broker.peers.call_leader(topic, index, FETCH, body)
+        result = response["topics"][0]["partitions"][0]
+        if result["error"] == 1 and offset < result["log_start_offset"]:  # below the log start
+            offset = result["log_start_offset"]
+            continue
+        _raise_for(result["error"], result["message"])
+        data = bytes(result["records"])
+        if not data:
+            return
+        yield data
+        offset = _next_offset(data)
+        if offset >= result["high_watermark"]:
+            return
+
+
+def _next_offset(data: bytes) -> int:
+    last = -1
+    for header in iter_batches(data):
+        last = header.next_offset
+    return last
+
+
+def _raise_for(code: int, message: str | None) -> None:
+    if code:
+        raise error_for_code(code)(message)

@@ -1,0 +1,465 @@
+"""Share groups on the broker: the leader of a partition keeps each group's share state.
+
+:mod:`mq.queues.share_partition` holds the rules; this module feeds them the
+partition's records, the clock and the consumers' requests, and makes the
+outcome durable:
+
+* a *session* is one share partition (group, topic, partition) led here. It is
+  loaded on first use from ``__share_state`` (:mod:`mq.broker.share_store`),
+  and dropped when this broker stops leading the partition (the new leader
+  loads the state saved so far);
+* receives and settlements change the state in memory, then wait until a save
+  covering the change is acknowledged (acks=all) before they answer. One save
+  per session is in flight at a time; the changes made meanwhile go into the
+  next one, so saves batch themselves under load;
+* a ticker ends expired leases, makes delayed records visible, wakes long
+  polls, saves what changed by itself and copies dead letters to the topic's
+  dead-letter queue (with ``mq.dlq.*`` headers saying where they came from).
+
+A new share group starts at the log start (a queue delivers what was sent
+before its first consumer came). Records are read into a session's window
+as receives need them; consumers never see records above the high watermark.
+
+Thread safety: one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from mq.broker import cluster_io
+from mq.broker.share_store import ShareKey, ShareStateStore
+from mq.errors import LeaderNotAvailableError, MQError, NotLeaderOrFollowerError
+from mq.queues import headers as qh
+from mq.queues.config import dead_letter_queue, share_config
+from mq.queues.share_partition import (
+    Acquired,
+    Attributes,
+    DeadLetter,
+    Filter,
+    RecordMeta,
+    ShareConfig,
+    SharePartition,
+)
+from mq.storage.batch import split_batches
+from mq.storage.records import RecordInput, build_batch, decode_records
+
+if TYPE_CHECKING:
+    from mq.broker.broker import Broker
+    from mq.broker.partition import Partition
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.05
+"""How often leases and delays are checked: the resolution of a visibility timeout."""
+FILL_BYTES = 4 << 20
+"""Most bytes read into a window per receive: a receive does not stall the loop."""
+DEDUP_LOOKBACK_BYTES = 64 << 20
+"""At most this much of the log below a restored window is read to relearn dedup ids."""
+DEAD_LETTER_BATCH = 500
+"""Dead letters copied per append."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(eq=False)
+class Session:
+    key: ShareKey
+    share: SharePartition
+    partition: Partition
+    topic_id: str
+    epoch: int
+    dead_letter_queue: str | None
+    saved: int = 0
+    closed: bool = False
+    saving: asyncio.Task[None] | None = None
+    dead_lettering: asyncio.Task[None] | None = None
+    durable: list[tuple[int, asyncio.Future[None]]] = field(default_factory=list)
+    waiters: set[asyncio.Future[None]] = field(default_factory=set)
+
+    def wake(self) -> None:
+        waiters, self.waiters = self.waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def wait(self) -> asyncio.Future[None]:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.add(waiter)
+        return waiter
+
+
+class ShareManager:
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self.store = ShareStateStore(broker)
+        self._sessions: dict[ShareKey, Session] = {}
+        self._loading: dict[ShareKey, asyncio.Task[Session]] = {}
+        self._ticker: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_loop())
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        for task in self._loading.values():
+            task.cancel()
+        saving = [s.saving for s in self._sessions.values() if s.saving is not None]
+        if saving:
+            await asyncio.wait(saving, timeout=2.0)
+        for session in list(self._sessions.values()):
+            self._close(session)
+
+    # -- sessions -------------------------------------------------------------------------
+
+    async def session(self, group: str, topic: str, index: int) -> Session:
+        """The share partition, loaded if this broker leads the partition (raises otherwise)."""
+        key = ShareKey(group, topic, index)
+        partition = self._broker.leader_partition(topic, index)
+        found = self._sessions.get(key)
+        if found is not None and not found.closed:
+            if found.epoch == partition.leader_epoch:
+                self._reconfigure(found)
+                return found
+            self._close(found)
+        loading = self._loading.get(key)
+        if loading is None:
+            loading = asyncio.get_running_loop().create_task(self._load(key, partition))
+            self._loading[key] = loading
+            loading.add_done_callback(lambda _: self._loading.pop(key, None))
+        return await asyncio.shield(loading)
+
+    async def _load(self, key: ShareKey, partition: Partition) -> Session:
+        broker = self._broker
+        topic = await broker.catch_up_on(key.topic)
+        if topic is None:
+            raise NotLeaderOrFollowerError(f"topic {key.topic} is gone")
+        epoch = partition.leader_epoch
+        await self.store.ensure_topic()
+        saved = await self.store.load(key, topic.topic_id)
+        config = share_config(topic.configs)
+        if saved is not None:
+            share = SharePartition.restore(config, saved)
+            await self._seed_dedup(share, partition)
+        else:
+            share = SharePartition(config, partition.log.log_start_offset)
+        if not partition.is_leader or partition.leader_epoch != epoch:
+            raise NotLeaderOrFollowerError(f"{partition.name}: leadership moved while loading")
+        session = Session(
+            key, share, partition, topic.topic_id, epoch, dead_letter_queue(topic.configs)
+        )
+        session.saved = share.version
+        self._fill(session, 0)
+        self._sessions[key] = session
+        log.info(
+            "share group %s on %s: loaded at offset %d (%s)",
+            key.group,
+            partition.name,
+            share.start,
+            "saved state" if saved else "new",
+        )
+        return session
+
+    async def _seed_dedup(self, share: SharePartition, partition: Partition) -> None:
+        """Relearn the dedup ids of the records sent in the window before the restored start."""
+        log_ = partition.log
+        start = max(share.start, log_.log_start_offset)
+        first = partition.read(start, 1) if start < partition.high_watermark else None
+        if first is None:
+            return
+        timestamps = [h.max_timestamp for h, _ in split_batches(first.data)][:1]
+        found = log_.offset_for_timestamp(timestamps[0] - share.config.dedup_window_ms)
+        offset = found[0] if found is not None else start
+        read = 0
+        while offset < start and read < DEDUP_LOOKBACK_BYTES:
+            chunk = partition.read(offset, 1 << 20)
+            if chunk is None:
+                break
+            share.seed_dedup(_records(chunk.data))
+            read += len(chunk.data)
+            offset = chunk.next_offset
+            await asyncio.sleep(0)
+
+    def _reconfigure(self, session: Session) -> None:
+        topic = self._broker.topic(session.key.topic)
+        if topic is None:
+            return
+        try:
+            config = share_config(topic.configs)
+        except MQError:
+            return
+        if config != session.share.config:
+            session.share.config = config
+            session.dead_letter_queue = dead_letter_queue(topic.configs)
+
+    def partition_changed(self, partition: Partition) -> None:
+        """A partition here changed role: drop the sessions it no longer backs."""
+        for session in [s for s in self._sessions.values() if s.partition is partition]:
+            if not partition.is_leader or partition.leader_epoch != session.epoch:
+                self._close(session)
+
+    def forget_topic(self, topic: str) -> None:
+        for session in [s for s in self._sessions.values() if s.key.topic == topic]:
+            self._close(session)
+
+    def _close(self, session: Session) -> None:
+        session.closed = True
+        if self._sessions.get(session.key) is session:
+            del self._sessions[session.key]
+        session.wake()
+        for _, waiter in session.durable:
+            if not waiter.done():
+                waiter.set_exception(
+                    NotLeaderOrFollowerError(f"{session.partition.name}: leadership moved")
+                )
+        session.durable.clear()
+        if session.dead_lettering is not None:
+            session.dead_lettering.cancel()
+
+    # -- reading records into a window ----------------------------------------------------
+
+    def _fill(self, session: Session, want: int) -> None:
+        """Read records until ``want`` may be visible, the window is full or the log ends."""
+        share, partition = session.share, session.partition
+        now = now_ms()
+        log_start = partition.log.log_start_offset
+        if share.end < log_start or share.start < log_start:
+            share.truncate_below(log_start, now)
+        read = 0
+        while share.wants_records and share.end < partition.high_watermark and read < FILL_BYTES:
+            if not share.restoring and want and share.ready_count >= want:
+                break
+            found = partition.read(share.end, 1 << 20)
+            if found is None:
+                break
+            share.add(_records(found.data), found.next_offset, now)
+            read += len(found.data)
+
+    # -- receive --------------------------------------------------------------------------
+
+    def acquire(
+        self,
+        session: Session,
+        max_messages: int,
+        lease_ms: int | None,
+        wanted: Filter | None,
+        max_bytes: int,
+    ) -> list[Acquired]:
+        if session.closed:
+            raise NotLeaderOrFollowerError(f"{session.partition.name}: leadership moved")
+        self._fill(session, max_messages)
+        share = session.share
+        lease = lease_ms if lease_ms is not None else share.config.visibility_ms
+        return share.acquire(now_ms(), max_messages, lease, wanted, max_bytes)
+
+    def records_of(self, session: Session, acquired: list[Acquired]) -> bytes:
+        """The batches holding the acquired offsets (each batch once)."""
+        chunks: list[bytes] = []
+        covered = -1
+        for item in acquired:
+            if item.offset < covered:
+                continue
+            found = session.partition.read(item.offset, 1)
+            if found is None:
+                break
+            chunks.append(bytes(found.data))
+            covered = found.next_offset
+        return b"".join(chunks)
+
+    def wait_for_visible(self, sessions: Iterable[Session]) -> list[asyncio.Future[None]]:
+        """Futures that complete when any of ``sessions`` may have something to lease."""
+        waiters: list[asyncio.Future[None]] = []
+        for session in sessions:
+            waiters.append(session.wait())
+            if session.partition.is_leader:
+                waiters.append(session.partition.wait_for_data())
+        return waiters
+
+    # -- settle ---------------------------------------------------------------------------
+
+    async def ready(self, session: Session) -> None:
+        """Make sure every record a receipt may name is in the window (after a restore)."""
+        if session.share.restoring:
+            self._fill(session, 0)
+
+    def after_change(self, session: Session) -> None:
+        """Something may be visible again, or dead letters wait: act on it."""
+        if session.share.has_visible(now_ms()):
+            session.wake()
+        if session.dead_letter_queue and session.share.pending_dead_letters():
+            self._kick_dead_letters(session)
+
+    # -- durability -----------------------------------------------------------------------
+
+    async def durable(self, session: Session) -> None:
+        """Return once the session's state as of now is saved (acks=all)."""
+        target = session.share.version
+        if session.saved >= target:
+            return
+        if session.closed:
+            raise NotLeaderOrFollowerError(f"{session.partition.name}: leadership moved")
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        session.durable.append((target, waiter))
+        self._kick_save(session)
+        await waiter
+
+    def _kick_save(self, session: Session) -> None:
+        if session.saving is None and not session.closed:
+            session.saving = asyncio.get_running_loop().create_task(self._save_loop(session))
+
+    async def _save_loop(self, session: Session) -> None:
+        share = session.share
+        try:
+            while session.saved < share.version and not session.closed:
+                version = share.version
+                try:
+                    await self.store.save(
+                        session.key, session.topic_id, session.epoch, share.snapshot()
+                    )
+                except MQError as exc:
+                    log.warning("saving share state of %s failed: %s", session.key, exc)
+                    self._settle_waiters(session, version, exc)
+                    return
+                session.saved = version
+                self._settle_waiters(session, version, None)
+        finally:
+            session.saving = None
+
+    @staticmethod
+    def _settle_waiters(session: Session, version: int, error: MQError | None) -> None:
+        keep: list[tuple[int, asyncio.Future[None]]] = []
+        for target, waiter in session.durable:
+            if waiter.done():
+                continue
+            if error is not None:
+                waiter.set_exception(type(error)(error.message))
+            elif target <= version:
+                waiter.set_result(None)
+            else:
+                keep.append((target, waiter))
+        session.durable = keep
+
+    # -- dead letters ---------------------------------------------------------------------
+
+    def _kick_dead_letters(self, session: Session) -> None:
+        if session.dead_lettering is None and not session.closed:
+            task = asyncio.get_running_loop().create_task(self._dead_letter_loop(session))
+            session.dead_lettering = task
+
+    async def _dead_letter_loop(self, session: Session) -> None:
+        try:
+            while not session.closed and (pending := session.share.pending_dead_letters()):
+                target = session.dead_letter_queue
+                if target is None:
+                    return
+                try:
+                    topic = await self._broker.ensure_topic(target)
+                    batch_items = pending[:DEAD_LETTER_BATCH]
+                    by_partition: dict[int, list[RecordInput]] = {}
+                    for letter, record in zip(
+                        batch_items, self._read_records(session, batch_items), strict=True
+                    ):
+                        index = (
+                            zlib.crc32(record.key) % topic.partitions
+                            if record.key is not None
+                            else session.key.partition % topic.partitions
+                        )
+                        copy = _dead_letter_record(
+                            session.key, record, letter.deliveries, letter.reason
+                        )
+                        by_partition.setdefault(index, []).append(copy)
+                    for index, records in by_partition.items():
+                        await cluster_io.append(self._broker, target, index, build_batch(records))
+                except (MQError, OSError) as exc:
+                    log.warning("dead-lettering from %s to %s: %s", session.key, target, exc)
+                    return  # the ticker tries again
+                for letter in batch_items:
+                    if not session.closed:
+                        session.share.dead_lettered_at(letter.offset)
+                self._kick_save(session)
+        finally:
+            session.dead_lettering = None
+
+    def _read_records(self, session: Session, letters: list[DeadLetter]) -> list[RecordMeta]:
+        out: list[RecordMeta] = []
+        for letter in letters:
+            found = session.partition.read(letter.offset, 1)
+            if found is None:
+                raise LeaderNotAvailableError(f"offset {letter.offset} is not readable")
+            for record in _records(found.data):
+                if record.offset == letter.offset:
+                    out.append(record)
+                    break
+            else:
+                raise LeaderNotAvailableError(f"offset {letter.offset} is not in the log")
+        return out
+
+    # -- the ticker -----------------------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            now = now_ms()
+            for session in list(self._sessions.values()):
+                try:
+                    self._tick(session, now)
+                except MQError as exc:
+                    log.warning("share group %s: %s", session.key, exc)
+
+    def _tick(self, session: Session, now: int) -> None:
+        share = session.share
+        share.expire(now)
+        if session.waiters and share.has_visible(now):
+            session.wake()
+        if session.dead_letter_queue and share.pending_dead_letters():
+            self._kick_dead_letters(session)
+        if session.saved < share.version:
+            self._kick_save(session)
+
+    # -- attributes -----------------------------------------------------------------------
+
+    def attributes(self, session: Session) -> tuple[Attributes, int]:
+        """The share partition's counts, and the records past its window (unread backlog)."""
+        self._fill(session, 0)
+        share = session.share
+        backlog = max(0, session.partition.high_watermark - share.end)
+        return share.attributes(now_ms()), backlog
+
+
+def _records(data: memoryview | bytes) -> list[RecordMeta]:
+    out: list[RecordMeta] = []
+    for header, batch in split_batches(data):
+        if header.is_control:
+            continue
+        out.extend(decode_records(batch))  # type: ignore[arg-type]
+    return out
+
+
+def _dead_letter_record(key: ShareKey, record: RecordMeta, count: int, reason: str) -> RecordInput:
+    """The copy of a record in a dead-letter queue: stamped now (retention counts from the
+    move), without its delay and dedup id (they were for the first trip)."""
+    dropped = {*qh.DLQ_HEADERS, qh.DELAY_MS, qh.DEDUP_ID}
+    kept = [(name, value) for name, value in record.headers if name not in dropped]
+    kept += [
+        (qh.DLQ_TOPIC, key.topic.encode()),
+        (qh.DLQ_PARTITION, str(key.partition).encode()),
+        (qh.DLQ_OFFSET, str(record.offset).encode()),
+        (qh.DLQ_DELIVERIES, str(count).encode()),
+        (qh.DLQ_ERROR, reason.encode()[:1024]),
+    ]
+    return (record.key, record.value, kept, now_ms())
+
+
+__all__ = ["Session", "ShareConfig", "ShareManager"]

@@ -1,0 +1,636 @@
+"""Queues (SQS semantics on mq's log): send, receive with leases, ack / nack / extend / reject.
+
+::
+
+    async with mq.QueueClient(bootstrap="127.0.0.1:9292") as q:
+        await q.create_queue("jobs", partitions=4, visibility_timeout=30,
+                             max_deliveries=5, dead_letter_queue="jobs-dlq")
+        await q.send("jobs", b"body", delay=0, dedup_id=None)
+        for m in await q.receive("jobs", max_messages=10, wait=20):
+            await q.ack(m)      # or q.nack(m, delay=5), q.extend(m, 60), q.reject(m)
+
+A queue is a topic with ``queue.*`` configs, read by the *share group* of the
+same name (``group=`` reads any topic with another share group). Each message
+goes to one consumer at a time and stays invisible to the others while its
+lease (the visibility timeout) lasts; one not acked in time is delivered
+again, and after ``max_deliveries`` it goes to the dead-letter queue.
+
+A receive long-polls every broker leading a partition of the queue at once;
+messages that arrive after the call returned (from a slower broker) are kept
+for the next call, and released when the client closes. Times are in seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, NamedTuple
+
+from mq.client.admin import Admin
+from mq.client.client import Client
+from mq.client.futures import RecordFuture
+from mq.client.partitioner import partition_for_key
+from mq.client.producer import Producer
+from mq.client.types import RecordMetadata, TopicPartition
+from mq.errors import (
+    InvalidConfigError,
+    InvalidReceiptError,
+    MQError,
+    NotLeaderOrFollowerError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    error_for_code,
+)
+from mq.queues import config as qc
+from mq.queues import headers as qh
+from mq.storage.batch import split_batches
+from mq.storage.records import decode_records
+from mq.wire.apis_queues import (
+    ACK,
+    DESCRIBE_QUEUE,
+    EXTEND,
+    MAX_WAIT_MS,
+    QUEUE_ACK,
+    QUEUE_RECEIVE,
+    REJECT,
+    RELEASE,
+)
+
+LEASE_MARGIN_MS = 200
+"""A kept message whose lease ends sooner than this is not handed out (it would expire
+before the caller could ack it)."""
+
+
+class Receipt(NamedTuple):
+    """What names a leased message: text form ``PARTITION:OFFSET:DELIVERIES``."""
+
+    queue: str
+    group: str
+    partition: int
+    offset: int
+    deliveries: int
+
+    def __str__(self) -> str:
+        return f"{self.partition}:{self.offset}:{self.deliveries}"
+
+    @classmethod
+    def parse(cls, queue: str, text: str, group: str | None = None) -> Receipt:
+        try:
+            partition, offset, deliveries = (int(part) for part in text.split(":"))
+        except ValueError:
+            raise InvalidReceiptError(
+                f"{text!r} is not a receipt (PARTITION:OFFSET:DELIVERIES)"
+            ) from None
+        return cls(queue, group or queue, partition, offset, deliveries)
+
+
+@dataclass(frozen=True)
+class QueueMessage:
+    queue: str
+    partition: int
+    offset: int
+    body: bytes | None
+    key: bytes | None
+    headers: list[tuple[str, bytes | None]]
+    timestamp: int
+    delivery_count: int
+    lease_deadline_ms: int
+    group: str
+
+    @property
+    def handle(self) -> Receipt:
+        return Receipt(self.queue, self.group, self.partition, self.offset, self.delivery_count)
+
+    @property
+    def receipt(self) -> str:
+        return str(self.handle)
+
+
+@dataclass(frozen=True)
+class QueueAttributes:
+    name: str
+    group: str
+    partitions: int
+    visible: int
+    delayed: int
+    in_flight: int
+    dead_lettering: int
+    acked: int
+    dead_lettered: int
+    deduplicated: int
+    oldest_visible_age_s: float | None
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+Settleable = QueueMessage | Receipt
+
+
+@dataclass(eq=False)
+class _Poll:
+    """Receives of one (queue, group, filter, lease) in flight, and what they brought."""
+
+    buffer: deque[QueueMessage] = field(default_factory=deque)
+    inflight: dict[int, asyncio.Task[None]] = field(default_factory=dict)
+    error: MQError | None = None
+
+
+class QueueClient:
+    def __init__(
+        self,
+        bootstrap: str = "127.0.0.1:9292",
+        *,
+        client_id: str = "mq-queue",
+        request_timeout_ms: int = 30_000,
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._client_id = client_id
+        self._consumer_id = f"{client_id}-{uuid.uuid4().hex[:12]}"
+        self._client = Client(
+            bootstrap, client_id=client_id, request_timeout_s=request_timeout_ms / 1000
+        )
+        self._admin: Admin | None = None
+        self._producer: Producer | None = None
+        self._polls: dict[tuple[Any, ...], _Poll] = {}
+        self._starting: asyncio.Lock | None = None
+
+    async def start(self) -> None:
+        await self._client.start()
+
+    async def close(self) -> None:
+        kept: list[QueueMessage] = []
+        for poll in self._polls.values():
+            for task in poll.inflight.values():
+                task.cancel()
+            kept.extend(poll.buffer)
+        if kept:
+            with contextlib.suppress(MQError, OSError):
+                await self._settle(kept, RELEASE, 0, "the client closed")
+        if self._producer is not None:
+            await self._producer.stop()
+        if self._admin is not None:
+            await self._admin.stop()
+        await self._client.close()
+
+    async def __aenter__(self) -> QueueClient:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _admin_client(self) -> Admin:
+        if self._admin is None:
+            admin = Admin(self._bootstrap, client_id=self._client_id)
+            await admin.start()
+            self._admin = admin
+        return self._admin
+
+    async def _producer_client(self) -> Producer:
+        if self._producer is None:
+            self._starting = self._starting or asyncio.Lock()
+            async with self._starting:
+                if self._producer is None:
+                    producer = Producer(
+                        self._bootstrap,
+                        client_id=self._client_id,
+                        acks="all",
+                        enable_idempotence=True,
+                        linger_ms=1,
+                    )
+                    await producer.start()
+                    self._producer = producer
+        return self._producer
+
+    # -- queues ---------------------------------------------------------------------------
+
+    async def create_queue(
+        self,
+        name: str,
+        partitions: int = 1,
+        *,
+        visibility_timeout: float = 30,
+        max_deliveries: int = 10,
+        dead_letter_queue: str | None = None,
+        delay: float = 0,
+        fifo: bool = False,
+        replication_factor: int = -1,
+    ) -> None:
+        """Create the queue (and its dead-letter queue, if named and missing)."""
+        configs = {
+            qc.VISIBILITY: str(_ms(visibility_timeout)),
+            qc.MAX_DELIVERIES: str(max_deliveries),
+            qc.DEAD_LETTER_QUEUE: dead_letter_queue or "",
+            qc.DELAY: str(_ms(delay)),
+            qc.FIFO: "true" if fifo else "false",
+        }
+        admin = await self._admin_client()
+        if dead_letter_queue:
+            if dead_letter_queue == name:
+                raise InvalidConfigError("a queue cannot be its own dead-letter queue")
+            with contextlib.suppress(TopicAlreadyExistsError):
+                dlq_configs = {**configs, qc.DEAD_LETTER_QUEUE: "", qc.DELAY: "0"}
+                await admin.create_topic(
+                    dead_letter_queue, partitions, replication_factor, dlq_configs
+                )
+        await admin.create_topic(name, partitions, replication_factor, configs)
+
+    async def delete_queue(self, name: str) -> None:
+        await (await self._admin_client()).delete_topic(name)
+
+    async def list_queues(self) -> list[str]:
+        admin = await self._admin_client()
+        queues = []
+        for topic in await admin.list_topics():
+            entries = await admin.describe_configs(topic, [qc.VISIBILITY])
+            if any(not entry["is_default"] for entry in entries):
+                queues.append(topic)
+        return sorted(queues)
+
+    async def purge_queue(self, name: str) -> None:
+        """Delete every message of the queue (those in flight too)."""
+        admin = await self._admin_client()
+        partitions = await admin.topic_partitions(name)
+        await admin.delete_records({tp: -1 for tp in partitions})
+
+    async def describe_queue(self, name: str, *, group: str | None = None) -> QueueAttributes:
+        group = group or name
+        admin = await self._admin_client()
+        configs = {
+            entry["name"]: entry["value"] or ""
+            for entry in await admin.describe_configs(name)
+            if entry["name"].startswith("queue.")
+        }
+        tps = await self._partitions(name)
+        totals = dict.fromkeys(
+            (
+                "visible",
+                "delayed",
+                "in_flight",
+                "dead_lettering",
+                "acked",
+                "dead_lettered",
+                "deduplicated",
+            ),
+            0,
+        )
+        oldest: int | None = None
+        for node, owned in self._client.metadata.partitions_by_leader(tps).items():
+            if node is None:
+                raise NotLeaderOrFollowerError(f"{name}: a partition has no leader")
+            body = {"group": group, "topic": name, "partitions": [tp.partition for tp in owned]}
+            response = await self._client.call(node, DESCRIBE_QUEUE, body)
+            for part in response["partitions"]:
+                if part["error"]:
+                    raise error_for_code(part["error"])(part["message"])
+                for key in totals:
+                    totals[key] += part[key]  # type: ignore[literal-required]
+                if part["oldest_visible_ms"] >= 0:
+                    ts = part["oldest_visible_ms"]
+                    oldest = ts if oldest is None else min(oldest, ts)
+        age = None if oldest is None else max(0.0, time.time() - oldest / 1000)
+        return QueueAttributes(
+            name, group, len(tps), oldest_visible_age_s=age, configs=configs, **totals
+        )
+
+    # -- sending --------------------------------------------------------------------------
+
+    async def send(
+        self,
+        queue: str,
+        body: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes | str] | Sequence[tuple[str, bytes | None]] | None = None,
+        delay: float = 0,
+        dedup_id: str | None = None,
+    ) -> RecordMetadata:
+        """Send one message; returns once it is acknowledged (acks=all, idempotent).
+
+        ``delay``: invisible for that many seconds (at most 15 minutes). ``dedup_id``:
+        a message with an id sent in the last 5 minutes is accepted and dropped; a
+        message without a key goes to the partition its dedup id hashes to, so its
+        duplicates meet it there.
+        """
+        future = await self.send_nowait(
+            queue, body, key=key, headers=headers, delay=delay, dedup_id=dedup_id
+        )
+        return await future
+
+    async def send_nowait(
+        self,
+        queue: str,
+        body: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes | str] | Sequence[tuple[str, bytes | None]] | None = None,
+        delay: float = 0,
+        dedup_id: str | None = None,
+    ) -> RecordFuture:
+        """:meth:`send` that returns the future of the acknowledgement (to send many)."""
+        producer = await self._producer_client()
+        items = _headers(headers)
+        if delay:
+            items.append((qh.DELAY_MS, str(_ms(delay)).encode()))
+        partition = None
+        if dedup_id is not None:
+            items.append((qh.DEDUP_ID, dedup_id.encode()))
+            if key is None:
+                count = len(await producer.partitions_for(queue))
+                partition = partition_for_key(dedup_id.encode(), count)
+        return await producer.send(queue, body, key, items, partition)
+
+    async def flush(self) -> None:
+        if self._producer is not None:
+            await self._producer.flush()
+
+    # -- receiving ------------------------------------------------------------------------
+
+    async def receive(
+        self,
+        queue: str,
+        max_messages: int = 10,
+        wait: float = 20,
+        visibility_timeout: float | None = None,
+        *,
+        filter: Mapping[str, str | bytes | Iterable[str | bytes]] | None = None,
+        group: str | None = None,
+    ) -> list[QueueMessage]:
+        """Up to ``max_messages`` messages, leased to this client; waits up to ``wait``
+        seconds (at most 20) for the first. ``filter``: only messages whose headers
+        have these values (a name with several values: any of them)."""
+        group = group or queue
+        wanted = _filter(filter)
+        lease = None if visibility_timeout is None else _ms(visibility_timeout)
+        key = (queue, group, _frozen(wanted), lease)
+        poll = self._polls.setdefault(key, _Poll())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, min(wait, MAX_WAIT_MS / 1000))
+        asked = False
+        while True:
+            taken = _take(poll, max_messages)
+            if taken:
+                return taken
+            if poll.error is not None:
+                error, poll.error = poll.error, None
+                raise error
+            remaining = deadline - loop.time()
+            if asked and remaining <= 0:
+                return []
+            mine = await self._start_polls(
+                poll, queue, group, wanted, lease, max_messages, remaining
+            )
+            asked = True
+            pending = list(poll.inflight.values())
+            if not pending:
+                if remaining <= 0:
+                    return []
+                await asyncio.sleep(min(remaining, self._client.retry_backoff_s))
+                continue
+            # Polls started now end by themselves (the broker's long poll is bounded by
+            # what is left of ``wait``); ones left from an earlier call may run longer.
+            await asyncio.wait(
+                pending,
+                timeout=None if mine else max(remaining, 0.0),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+
+    async def _start_polls(
+        self,
+        poll: _Poll,
+        queue: str,
+        group: str,
+        wanted: dict[str, list[bytes]] | None,
+        lease: int | None,
+        max_messages: int,
+        remaining_s: float,
+    ) -> list[asyncio.Task[None]]:
+        """A receive to each leader that has none in flight; returns those started."""
+        started: list[asyncio.Task[None]] = []
+        tps = await self._partitions(queue)
+        for node, owned in self._client.metadata.partitions_by_leader(tps).items():
+            if node is None:
+                self._client.request_metadata_update()
+                continue
+            if node in poll.inflight:
+                continue
+            body = {
+                "group": group,
+                "consumer_id": self._consumer_id,
+                "topics": [{"name": queue, "partitions": [tp.partition for tp in owned]}],
+                "max_messages": max_messages,
+                "max_wait_ms": max(0, min(MAX_WAIT_MS, int(remaining_s * 1000))),
+                "visibility_timeout_ms": lease,
+                "filter": wanted,
+            }
+            task = asyncio.get_running_loop().create_task(self._poll_once(poll, node, body))
+            poll.inflight[node] = task
+            task.add_done_callback(lambda _, n=node: poll.inflight.pop(n, None))  # type: ignore[misc]
+            started.append(task)
+        return started
+
+    async def _poll_once(self, poll: _Poll, node: int, body: dict[str, Any]) -> None:
+        timeout = body["max_wait_ms"] / 1000 + self._client.request_timeout_s
+        try:
+            response = await self._client.call(node, QUEUE_RECEIVE, body, timeout_s=timeout)
+        except MQError as exc:
+            if exc.retriable:
+                self._client.request_metadata_update()
+                await asyncio.sleep(self._client.retry_backoff_s)
+            else:
+                poll.error = exc
+            return
+        for topic in response["topics"]:
+            for part in topic["partitions"]:
+                if part["error"]:
+                    error = error_for_code(part["error"])(part["message"])
+                    if error.retriable:
+                        self._client.request_metadata_update()
+                    else:
+                        poll.error = error
+                    continue
+                poll.buffer.extend(_messages(topic["name"], body["group"], part))
+
+    async def _partitions(self, queue: str) -> list[TopicPartition]:
+        client = self._client
+        if not client.metadata.has_topic(queue):
+            client.add_topics([queue])
+            await client.wait_for_topics([queue], client.request_timeout_s)
+        partitions = client.metadata.partitions_for(queue)
+        if not partitions:
+            raise UnknownTopicOrPartitionError(f"queue {queue!r} does not exist")
+        return [TopicPartition(queue, p) for p in partitions]
+
+    # -- settling -------------------------------------------------------------------------
+
+    async def ack(self, *messages: Settleable) -> None:
+        """Done with these messages: they are deleted from the queue (for this group)."""
+        await self._settle_or_raise(messages, ACK, 0, None)
+
+    async def nack(self, *messages: Settleable, delay: float = 0, error: str | None = None) -> None:
+        """Give messages back: visible again after ``delay`` seconds (or dead-lettered
+        if they reached max_deliveries)."""
+        await self._settle_or_raise(messages, RELEASE, _ms(delay), error)
+
+    async def reject(self, *messages: Settleable, error: str | None = None) -> None:
+        """The messages cannot be processed: to the dead-letter queue now."""
+        await self._settle_or_raise(messages, REJECT, 0, error)
+
+    async def extend(self, message: Settleable, visibility_timeout: float) -> None:
+        """The lease now ends ``visibility_timeout`` seconds from now (0 releases it)."""
+        await self._settle_or_raise([message], EXTEND, _ms(visibility_timeout), None)
+
+    async def _settle_or_raise(
+        self, messages: Iterable[Settleable], action: int, ms: int, error: str | None
+    ) -> None:
+        failed = await self._settle(messages, action, ms, error)
+        if failed:
+            names = ", ".join(str(r) for r in failed[:5])
+            raise InvalidReceiptError(
+                f"{len(failed)} receipt(s) no longer hold a lease ({names}): "
+                "the visibility timeout passed, or the message was already settled"
+            )
+
+    async def _settle(
+        self, messages: Iterable[Settleable], action: int, ms: int, error: str | None
+    ) -> list[Receipt]:
+        """Settle receipts; returns those that were stale."""
+        by_target: dict[tuple[str, str], dict[int, list[Receipt]]] = {}
+        for item in messages:
+            receipt = item.handle if isinstance(item, QueueMessage) else item
+            per = by_target.setdefault((receipt.queue, receipt.group), {})
+            per.setdefault(receipt.partition, []).append(receipt)
+        failed: list[Receipt] = []
+        for (queue, group), per_partition in by_target.items():
+            await self._partitions(queue)
+            tps = [TopicPartition(queue, p) for p in per_partition]
+            for node, owned in self._client.metadata.partitions_by_leader(tps).items():
+                if node is None:
+                    raise NotLeaderOrFollowerError(f"{queue}: a partition has no leader")
+                settlements = [
+                    {
+                        "partition": tp.partition,
+                        "action": action,
+                        "offsets": [r.offset for r in per_partition[tp.partition]],
+                        "counts": [r.deliveries for r in per_partition[tp.partition]],
+                        "ms": ms,
+                        "error": error,
+                    }
+                    for tp in owned
+                ]
+                body = {"group": group, "topics": [{"name": queue, "settlements": settlements}]}
+                response = await self._client.call(node, QUEUE_ACK, body)
+                for topic in response["topics"]:
+                    for part in topic["settlements"]:
+                        receipts = per_partition[part["partition"]]
+                        if part["error"]:
+                            self._client.request_metadata_update()
+                            raise error_for_code(part["error"])(part["message"])
+                        stale = set(part["failed"])
+                        failed.extend(r for r in receipts if r.offset in stale)
+        return failed
+
+    # -- redrive --------------------------------------------------------------------------
+
+    async def redrive(self, dead_letter_queue: str, *, max_messages: int | None = None) -> int:
+        """Move dead letters back to the queues they came from; returns how many moved."""
+        moved = 0
+        while max_messages is None or moved < max_messages:
+            want = 100 if max_messages is None else min(100, max_messages - moved)
+            batch = await self.receive(dead_letter_queue, want, wait=0, visibility_timeout=60)
+            if not batch:
+                return moved
+            sends = []
+            for message in batch:
+                source = qh.header(message.headers, qh.DLQ_TOPIC)
+                if source is None:
+                    await self.nack(message, error="not a dead letter (no mq.dlq.topic header)")
+                    continue
+                kept = [(n, v) for n, v in message.headers if n not in qh.DLQ_HEADERS]
+                future = await self.send_nowait(
+                    source.decode(), message.body, key=message.key, headers=kept
+                )
+                sends.append((message, future))
+            for message, future in sends:
+                await future
+                await self.ack(message)
+                moved += 1
+        return moved
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def _headers(
+    headers: Mapping[str, bytes | str] | Sequence[tuple[str, bytes | None]] | None,
+) -> list[tuple[str, bytes | None]]:
+    if headers is None:
+        return []
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    return [(k, v.encode() if isinstance(v, str) else v) for k, v in pairs]
+
+
+def _filter(
+    wanted: Mapping[str, str | bytes | Iterable[str | bytes]] | None,
+) -> dict[str, list[bytes]] | None:
+    if not wanted:
+        return None
+    out: dict[str, list[bytes]] = {}
+    for name, values in wanted.items():
+        items = [values] if isinstance(values, str | bytes) else list(values)
+        out[name] = [v.encode() if isinstance(v, str) else bytes(v) for v in items]
+    return out
+
+
+def _frozen(wanted: dict[str, list[bytes]] | None) -> Any:
+    return None if wanted is None else tuple(sorted((k, tuple(v)) for k, v in wanted.items()))
+
+
+def _take(poll: _Poll, max_messages: int) -> list[QueueMessage]:
+    now = time.time() * 1000 + LEASE_MARGIN_MS
+    taken: list[QueueMessage] = []
+    while poll.buffer and len(taken) < max_messages:
+        message = poll.buffer.popleft()
+        if message.lease_deadline_ms > now:
+            taken.append(message)
+    return taken
+
+
+def _messages(topic: str, group: str, part: Mapping[str, Any]) -> list[QueueMessage]:
+    counts = dict(zip(part["offsets"], part["counts"], strict=True))
+    if not counts:
+        return []
+    deadline = part["lease_deadline_ms"]
+    out: list[QueueMessage] = []
+    for header, batch in split_batches(part["records"]):
+        if header.is_control:
+            continue
+        for record in decode_records(batch):
+            count = counts.get(record.offset)
+            if count is not None:
+                out.append(
+                    QueueMessage(
+                        topic,
+                        part["partition"],
+                        record.offset,
+                        record.value,
+                        record.key,
+                        list(record.headers),
+                        record.timestamp,
+                        count,
+                        deadline,
+                        group,
+                    )
+                )
+    return out

@@ -1,0 +1,60 @@
+"""A topic's queue settings: the ``queue.*`` topic configs, checked, as a ShareConfig.
+
+A *queue* is a topic with queue settings (``mq queue create`` sets them all);
+any topic can still be read by a share group, with the defaults below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from mq.errors import InvalidConfigError
+from mq.queues.share_partition import MAX_DELAY_MS, MAX_VISIBILITY_MS, ShareConfig
+
+VISIBILITY = "queue.visibility.timeout.ms"
+MAX_DELIVERIES = "queue.max.deliveries"
+DEAD_LETTER_QUEUE = "queue.dead.letter.queue"
+DELAY = "queue.delay.ms"
+FIFO = "queue.fifo"
+
+DEFAULTS = {
+    VISIBILITY: "30000",
+    MAX_DELIVERIES: "10",
+    DEAD_LETTER_QUEUE: "",
+    DELAY: "0",
+    FIFO: "false",
+}
+"""SQS's defaults (30 s visibility, no delay); 10 deliveries before a message is
+dead-lettered (or dropped, without a dead-letter queue)."""
+QUEUE_CONFIG_KEYS = frozenset(DEFAULTS)
+MAX_DELIVERIES_LIMIT = 1000
+
+
+def is_queue(configs: Mapping[str, str]) -> bool:
+    return any(key in QUEUE_CONFIG_KEYS for key in configs)
+
+
+def dead_letter_queue(configs: Mapping[str, str]) -> str | None:
+    return configs.get(DEAD_LETTER_QUEUE) or None
+
+
+def share_config(configs: Mapping[str, str]) -> ShareConfig:
+    """The share rules of a topic (raises InvalidConfigError for a bad value)."""
+    values = {**DEFAULTS, **{k: v for k, v in configs.items() if k in QUEUE_CONFIG_KEYS}}
+    fifo = values[FIFO]
+    if fifo not in ("true", "false"):
+        raise InvalidConfigError(f"{FIFO} must be true or false, got {fifo!r}")
+    return ShareConfig(
+        visibility_ms=_int(values, VISIBILITY, 1, MAX_VISIBILITY_MS),
+        max_deliveries=_int(values, MAX_DELIVERIES, 1, MAX_DELIVERIES_LIMIT),
+        delay_ms=_int(values, DELAY, 0, MAX_DELAY_MS),
+        fifo=fifo == "true",
+        dead_letter=bool(values[DEAD_LETTER_QUEUE]),
+    )
+
+
+def _int(values: Mapping[str, str], key: str, low: int, high: int) -> int:
+    value = values[key]
+    if not value.isdigit() or not low <= int(value) <= high:
+        raise InvalidConfigError(f"{key} must be an integer from {low} to {high}, got {value!r}")
+    return int(value)
