@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from mq.errors import error_for_code
 from mq.storage.batch import iter_batches
 from mq.wire.apis_data import FETCH, PRODUCE
+from mq.wire.apis_replication import INTERNAL_APPEND
 
 if TYPE_CHECKING:
     from mq.broker.broker import Broker
@@ -29,15 +30,21 @@ async def append(broker: Broker, topic: str, index: int, batch: bytes) -> int:
     """Append one batch with acks=all wherever the partition is led; its first offset."""
     local = broker.partitions.get((topic, index))
     if local is not None and local.is_leader:
-        info = await local.append(batch, acks=-1)
-        return info.first_offset
-    body = {
+        appended_here = await local.append(batch, acks=-1)
+        return appended_here.first_offset
+    record = broker.topic(topic)
+    if record is not None and record.internal:  # clients may not produce there; brokers may
+        body = {"topic": topic, "partition": index, "records": batch, "timeout_ms": TIMEOUT_MS}
+        appended = await broker.peers.call_leader(topic, index, INTERNAL_APPEND, body)
+        _raise_for(appended["error"], appended["message"])
+        return int(appended["base_offset"])
+    request = {
         "transactional_id": None,
         "acks": -1,
         "timeout_ms": TIMEOUT_MS,
         "topics": [{"name": topic, "partitions": [{"partition": index, "records": batch}]}],
     }
-    response = await broker.peers.call_leader(topic, index, PRODUCE, body)
+    response = await broker.peers.call_leader(topic, index, PRODUCE, request)
     result = response["topics"][0]["partitions"][0]
     _raise_for(result["error"], result["message"])
     return int(result["base_offset"])

@@ -17,9 +17,16 @@ from typing import Any, cast
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext, by_topic, set_error, wait_for_any
 from mq.broker.partition import Partition
-from mq.errors import MQError, NotLeaderOrFollowerError, OffsetOutOfRangeError
+from mq.errors import (
+    InvalidTopicError,
+    MQError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+)
 from mq.wire.apis_replication import (
     NO_EPOCH,
+    InternalAppendRequest,
+    InternalAppendResponse,
     ReplicaFetchedPartition,
     ReplicaFetchPartition,
     ReplicaFetchRequest,
@@ -141,3 +148,18 @@ async def replica_fetch(
             break
     response: ReplicaFetchResponse = {"topics": cast(Any, by_topic(body["topics"], results))}
     return response
+
+
+async def internal_append(
+    broker: Broker, ctx: RequestContext, body: InternalAppendRequest
+) -> InternalAppendResponse:
+    """Append another broker's batches to an internal topic led here (acks=all)."""
+    try:
+        info = broker.topic(body["topic"])
+        if info is None or not info.internal:
+            raise InvalidTopicError(f"{body['topic']} is not an internal topic")
+        partition = broker.leader_partition(body["topic"], body["partition"])
+        appended = await partition.append(body["records"], acks=-1)
+    except MQError as exc:
+        return {"error": exc.code, "message": exc.message, "base_offset": -1}
+    return {"error": 0, "message": None, "base_offset": appended.first_offset}

@@ -36,7 +36,12 @@ from typing import TYPE_CHECKING
 
 from mq.broker import cluster_io
 from mq.broker.share_store import ShareKey, ShareStateStore
-from mq.errors import LeaderNotAvailableError, MQError, NotLeaderOrFollowerError
+from mq.errors import (
+    CoordinatorLoadInProgressError,
+    LeaderNotAvailableError,
+    MQError,
+    NotLeaderOrFollowerError,
+)
 from mq.queues import headers as qh
 from mq.queues.config import dead_letter_queue, share_config
 from mq.queues.share_partition import (
@@ -79,6 +84,7 @@ class Session:
     topic_id: str
     epoch: int
     dead_letter_queue: str | None
+    configs: dict[str, str] = field(default_factory=dict)
     saved: int = 0
     closed: bool = False
     saving: asyncio.Task[None] | None = None
@@ -158,7 +164,13 @@ class ShareManager:
         if not partition.is_leader or partition.leader_epoch != epoch:
             raise NotLeaderOrFollowerError(f"{partition.name}: leadership moved while loading")
         session = Session(
-            key, share, partition, topic.topic_id, epoch, dead_letter_queue(topic.configs)
+            key,
+            share,
+            partition,
+            topic.topic_id,
+            epoch,
+            dead_letter_queue(topic.configs),
+            dict(topic.configs),
         )
         session.saved = share.version
         self._fill(session, 0)
@@ -194,8 +206,9 @@ class ShareManager:
 
     def _reconfigure(self, session: Session) -> None:
         topic = self._broker.topic(session.key.topic)
-        if topic is None:
+        if topic is None or topic.configs == session.configs:
             return
+        session.configs = dict(topic.configs)
         try:
             config = share_config(topic.configs)
         except MQError:
@@ -246,6 +259,8 @@ class ShareManager:
                 break
             share.add(_records(found.data), found.next_offset, now)
             read += len(found.data)
+        if share.restoring and share.end >= partition.log.next_offset:
+            share.forget_restored()  # the saved state names records this log no longer has
 
     # -- receive --------------------------------------------------------------------------
 
@@ -290,9 +305,14 @@ class ShareManager:
     # -- settle ---------------------------------------------------------------------------
 
     async def ready(self, session: Session) -> None:
-        """Make sure every record a receipt may name is in the window (after a restore)."""
+        """Make sure every record a receipt may name is in the window (after a restore);
+        while the high watermark is still below them, the caller should retry."""
         if session.share.restoring:
             self._fill(session, 0)
+        if session.share.restoring:
+            raise CoordinatorLoadInProgressError(
+                f"{session.partition.name}: the share state is still loading"
+            )
 
     def after_change(self, session: Session) -> None:
         """Something may be visible again, or dead letters wait: act on it."""

@@ -89,6 +89,7 @@ HANDLERS: dict[int, Handler] = {
     apis_data.LIST_OFFSETS.key: handlers_data.list_offsets,
     apis_data.INIT_PRODUCER_ID.key: handlers_data.init_producer_id,
     apis_replication.REPLICA_FETCH.key: handlers_replication.replica_fetch,
+    apis_replication.INTERNAL_APPEND.key: handlers_replication.internal_append,
     apis_cluster.ELECT_LEADERS.key: on_controller(
         apis_cluster.ELECT_LEADERS, handlers_cluster.elect_leaders
     ),

@@ -131,6 +131,15 @@ class QueueAttributes:
 Settleable = QueueMessage | Receipt
 
 
+class _Retry(Exception):
+    """Receipts of partitions whose leader could not settle them now (retriable)."""
+
+    def __init__(self, receipts: dict[int, list[Receipt]], error: MQError) -> None:
+        super().__init__(error.message)
+        self.receipts = receipts
+        self.error = error
+
+
 @dataclass(eq=False)
 class _Poll:
     """Receives of one (queue, group, filter, lease) in flight, and what they brought."""
@@ -504,41 +513,92 @@ class QueueClient:
     async def _settle(
         self, messages: Iterable[Settleable], action: int, ms: int, error: str | None
     ) -> list[Receipt]:
-        """Settle receipts; returns those that were stale."""
-        by_target: dict[tuple[str, str], dict[int, list[Receipt]]] = {}
+        """Settle receipts; returns those that were stale.
+
+        A partition whose leader moved (or is being elected) is retried against
+        the new leader until the request timeout: its receipts were not applied.
+        """
+        pending: dict[tuple[str, str], dict[int, list[Receipt]]] = {}
         for item in messages:
             receipt = item.handle if isinstance(item, QueueMessage) else item
-            per = by_target.setdefault((receipt.queue, receipt.group), {})
+            per = pending.setdefault((receipt.queue, receipt.group), {})
             per.setdefault(receipt.partition, []).append(receipt)
         failed: list[Receipt] = []
-        for (queue, group), per_partition in by_target.items():
-            await self._partitions(queue)
-            tps = [TopicPartition(queue, p) for p in per_partition]
-            for node, owned in self._client.metadata.partitions_by_leader(tps).items():
-                if node is None:
-                    raise NotLeaderOrFollowerError(f"{queue}: a partition has no leader")
-                settlements = [
-                    {
-                        "partition": tp.partition,
-                        "action": action,
-                        "offsets": [r.offset for r in per_partition[tp.partition]],
-                        "counts": [r.deliveries for r in per_partition[tp.partition]],
-                        "ms": ms,
-                        "error": error,
-                    }
-                    for tp in owned
-                ]
-                body = {"group": group, "topics": [{"name": queue, "settlements": settlements}]}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._client.request_timeout_s
+        while True:
+            retry: dict[tuple[str, str], dict[int, list[Receipt]]] = {}
+            last: MQError | None = None
+            for (queue, group), per_partition in pending.items():
+                try:
+                    await self._settle_queue(queue, group, per_partition, action, ms, error, failed)
+                except _Retry as exc:
+                    retry[(queue, group)] = exc.receipts
+                    last = exc.error
+            if not retry:
+                return failed
+            if loop.time() >= deadline:
+                assert last is not None
+                raise last
+            self._client.request_metadata_update()
+            await asyncio.sleep(self._client.retry_backoff_s)
+            await self._client.refresh_metadata()
+            pending = retry
+
+    async def _settle_queue(
+        self,
+        queue: str,
+        group: str,
+        per_partition: dict[int, list[Receipt]],
+        action: int,
+        ms: int,
+        error: str | None,
+        failed: list[Receipt],
+    ) -> None:
+        await self._partitions(queue)
+        tps = [TopicPartition(queue, p) for p in per_partition]
+        retry: dict[int, list[Receipt]] = {}
+        last: MQError | None = None
+        for node, owned in self._client.metadata.partitions_by_leader(tps).items():
+            if node is None:
+                last = NotLeaderOrFollowerError(f"{queue}: a partition has no leader")
+                retry.update({tp.partition: per_partition[tp.partition] for tp in owned})
+                continue
+            settlements = [
+                {
+                    "partition": tp.partition,
+                    "action": action,
+                    "offsets": [r.offset for r in per_partition[tp.partition]],
+                    "counts": [r.deliveries for r in per_partition[tp.partition]],
+                    "ms": ms,
+                    "error": error,
+                }
+                for tp in owned
+            ]
+            body = {"group": group, "topics": [{"name": queue, "settlements": settlements}]}
+            try:
                 response = await self._client.call(node, QUEUE_ACK, body)
-                for topic in response["topics"]:
-                    for part in topic["settlements"]:
-                        receipts = per_partition[part["partition"]]
-                        if part["error"]:
-                            self._client.request_metadata_update()
-                            raise error_for_code(part["error"])(part["message"])
-                        stale = set(part["failed"])
-                        failed.extend(r for r in receipts if r.offset in stale)
-        return failed
+            except MQError as exc:
+                if not exc.retriable:
+                    raise
+                last = exc
+                retry.update({tp.partition: per_partition[tp.partition] for tp in owned})
+                continue
+            for topic in response["topics"]:
+                for part in topic["settlements"]:
+                    receipts = per_partition[part["partition"]]
+                    if part["error"]:
+                        refused = error_for_code(part["error"])(part["message"])
+                        if not refused.retriable:
+                            raise refused
+                        last = refused
+                        retry[part["partition"]] = receipts
+                        continue
+                    stale = set(part["failed"])
+                    failed.extend(r for r in receipts if r.offset in stale)
+        if retry:
+            assert last is not None
+            raise _Retry(retry, last)
 
     # -- redrive --------------------------------------------------------------------------
 

@@ -210,6 +210,10 @@ class SharePartition:
         """Whether persisted state waits for records not read yet (read them before acks)."""
         return bool(self._restored)
 
+    def forget_restored(self) -> None:
+        """The log ends before records the saved state names (it lost them): drop those."""
+        self._restored.clear()
+
     def seed_dedup(self, records: Iterable[RecordMeta]) -> None:
         """Learn the dedup ids of records just below :attr:`start` (after a restore)."""
         for record in records:
@@ -236,10 +240,11 @@ class SharePartition:
             entry = Entry(
                 State.AVAILABLE, 0, until, record.timestamp, record.key, tags or None, size
             )
-            if duplicate:
+            if self._apply_restored(offset, entry):
+                self._touched_end = offset
+            elif duplicate:  # (a restored record was counted before the restart)
                 entry.state = State.ARCHIVED
                 self.deduplicated += 1
-            if self._apply_restored(offset, entry):
                 self._touched_end = offset
             self._entries[offset] = entry
             self._order.append(offset)
@@ -285,7 +290,9 @@ class SharePartition:
             restored.popleft()
         if not restored or restored[0][0] > offset:
             return False
-        _, _, state, count, until, error = restored[0]
+        _, last, state, count, until, error = restored[0]
+        if last == offset:  # the run is all read: drop it (else ``restoring`` stays on)
+            restored.popleft()
         entry.state, entry.count, entry.error = State(state), count, error
         if state != State.AVAILABLE or until:
             entry.until = until
@@ -415,7 +422,18 @@ class SharePartition:
     def has_visible(self, now: int) -> bool:
         """Whether :meth:`acquire` (without a filter) could lease something now."""
         self._promote(now)
-        return bool(self._ready) and self.in_flight < self.config.max_in_flight
+        ready, entries, keys = self._ready, self._entries, self._keys
+        while ready:  # drop stale offsets (acquire would skip them too)
+            entry = entries.get(ready[0])
+            if (
+                entry is not None
+                and entry.state is State.AVAILABLE
+                and entry.until <= now
+                and (not self.config.fifo or keys[entry.key][0] == ready[0])
+            ):
+                break
+            heapq.heappop(ready)
+        return bool(ready) and self.in_flight < self.config.max_in_flight
 
     # -- dead letters ---------------------------------------------------------------------
 
@@ -509,7 +527,7 @@ class SharePartition:
                 elif was_head:
                     self._schedule(keyed[0], entries[keyed[0]], now)
         self.end = max(self.end, log_start)
-        self.start = order[0] if order else self.end
+        self._advance()  # the window starts at its first unfinished record
         self.version += 1
 
     # -- views ----------------------------------------------------------------------------

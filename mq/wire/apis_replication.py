@@ -1,4 +1,5 @@
-"""Broker-to-broker API: replica_fetch, how followers pull from their leaders.
+"""Broker-to-broker APIs: replica_fetch, how followers pull from their leaders, and
+internal_append, how a broker writes to an internal topic another broker leads.
 
 A follower sends one replica_fetch per leader broker for every partition it
 follows there (long poll, as fetch). Unlike a consumer's fetch it reads up to
@@ -82,3 +83,24 @@ class ReplicaFetchResponse(TypedDict):
 
 
 REPLICA_FETCH = define_api(1000, "replica_fetch", ReplicaFetchRequest, ReplicaFetchResponse)
+
+# -- internal_append (1001): a broker writes to an internal topic led by another -----------------
+# Clients may not produce to internal topics; a broker that keeps state in one
+# (share groups in ``__share_state``) appends through this API, with acks=all.
+
+
+class InternalAppendRequest(TypedDict):
+    topic: TopicName
+    partition: PartitionId
+    records: Bin
+    """One or more record batches back to back."""
+    timeout_ms: NonNegI32
+
+
+class InternalAppendResponse(TypedDict):
+    error: ErrorCode
+    message: ErrorMessage
+    base_offset: Annotated[I64, Default(-1)]
+
+
+INTERNAL_APPEND = define_api(1001, "internal_append", InternalAppendRequest, InternalAppendResponse)

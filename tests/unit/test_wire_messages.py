@@ -387,6 +387,10 @@ def test_the_apis_the_broker_needs_are_defined() -> None:
         "alter_partition_reassignments": 45,
         "list_partition_reassignments": 46,
         "replica_fetch": 1000,
+        "internal_append": 1001,
+        "queue_receive": 1010,
+        "queue_ack": 1011,
+        "describe_queue": 1012,
     }
     assert {a.name: a.key for a in all_apis()} == wanted
     for name, key in wanted.items():
