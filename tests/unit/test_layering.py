@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LIBRARY_PACKAGES = ["mq/storage", "mq/wire", "mq/groups"]
+LIBRARY_PACKAGES = ["mq/storage", "mq/wire", "mq/groups", "mq/queues"]
 FORBIDDEN_ASYNCIO = {
     "start_server",
     "start_unix_server",
