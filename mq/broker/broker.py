@@ -37,6 +37,7 @@ from mq.broker.peers import Peers
 from mq.broker.producer_ids import ProducerIdAllocator
 from mq.broker.replicas import ReplicaManager
 from mq.errors import (
+    InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicError,
@@ -49,6 +50,7 @@ from mq.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
+from mq.queues.config import FIFO, share_config
 from mq.replication.cluster_state import ClusterView, TopicRecord, topic_key
 from mq.replication.controller import ControllerSeat
 from mq.replication.etcd_store import EtcdStore
@@ -480,6 +482,8 @@ class Broker:
             else:
                 configs[key] = value
         topic_log_config(self.config.log, configs)  # raises InvalidConfigError
+        if share_config(configs).fifo != share_config(info.configs).fifo:
+            raise InvalidConfigError(f"{FIFO} of {name} cannot change (as SQS: a new queue)")
         if validate_only:
             return
         seat = self._controller_seat()

@@ -245,6 +245,7 @@ async def delete_records(
                         f"{target} is past the high watermark {partition.high_watermark}"
                     )
                 await partition.writer.call(partial(Log.advance_log_start, offset=target))
+                await partition.writer.flush()  # the new log start is on disk before the answer
                 result["low_watermark"] = partition.log.log_start_offset
             except MQError as exc:
                 set_error(result, exc)

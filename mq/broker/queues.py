@@ -31,7 +31,7 @@ import logging
 import time
 import zlib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from mq.broker import cluster_io
@@ -213,6 +213,14 @@ class ShareManager:
             config = share_config(topic.configs)
         except MQError:
             return
+        if config.fifo != session.share.config.fifo:
+            # The FIFO indexes are built as records are read: switching modes under a
+            # loaded window breaks acquire/expire. It applies when the session next loads.
+            log.warning(
+                "share group %s: queue.fifo changes when the share partition next loads",
+                session.key,
+            )
+            config = replace(config, fifo=session.share.config.fifo)
         if config != session.share.config:
             session.share.config = config
             session.dead_letter_queue = dead_letter_queue(topic.configs)
@@ -437,6 +445,8 @@ class ShareManager:
                     self._tick(session, now)
                 except MQError as exc:
                     log.warning("share group %s: %s", session.key, exc)
+                except Exception:  # one broken session must not stop every lease expiring
+                    log.exception("share group %s: tick failed", session.key)
 
     def _tick(self, session: Session, now: int) -> None:
         share = session.share

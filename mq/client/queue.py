@@ -248,7 +248,14 @@ class QueueClient:
             if dead_letter_queue == name:
                 raise InvalidConfigError("a queue cannot be its own dead-letter queue")
             with contextlib.suppress(TopicAlreadyExistsError):
-                dlq_configs = {**configs, qc.DEAD_LETTER_QUEUE: "", qc.DELAY: "0"}
+                # No redelivery limit to speak of: a dead-letter queue has no dead-letter
+                # queue, so running out of deliveries there would drop the dead letter.
+                dlq_configs = {
+                    **configs,
+                    qc.DEAD_LETTER_QUEUE: "",
+                    qc.DELAY: "0",
+                    qc.MAX_DELIVERIES: str(qc.MAX_DELIVERIES_LIMIT),
+                }
                 await admin.create_topic(
                     dead_letter_queue, partitions, replication_factor, dlq_configs
                 )
@@ -321,12 +328,13 @@ class QueueClient:
         *,
         key: bytes | None = None,
         headers: Mapping[str, bytes | str] | Sequence[tuple[str, bytes | None]] | None = None,
-        delay: float = 0,
+        delay: float | None = None,
         dedup_id: str | None = None,
     ) -> RecordMetadata:
         """Send one message; returns once it is acknowledged (acks=all, idempotent).
 
-        ``delay``: invisible for that many seconds (at most 15 minutes). ``dedup_id``:
+        ``delay``: invisible for that many seconds (at most 15 minutes; None: the queue's
+        default delay, which 0 overrides). ``dedup_id``:
         a message with an id sent in the last 5 minutes is accepted and dropped; a
         message without a key goes to the partition its dedup id hashes to, so its
         duplicates meet it there.
@@ -343,13 +351,13 @@ class QueueClient:
         *,
         key: bytes | None = None,
         headers: Mapping[str, bytes | str] | Sequence[tuple[str, bytes | None]] | None = None,
-        delay: float = 0,
+        delay: float | None = None,
         dedup_id: str | None = None,
     ) -> RecordFuture:
         """:meth:`send` that returns the future of the acknowledgement (to send many)."""
         producer = await self._producer_client()
         items = _headers(headers)
-        if delay:
+        if delay is not None:
             items.append((qh.DELAY_MS, str(_ms(delay)).encode()))
         partition = None
         if dedup_id is not None:
@@ -386,10 +394,12 @@ class QueueClient:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, min(wait, MAX_WAIT_MS / 1000))
         asked = False
+        kept = len(poll.buffer)  # from earlier calls: the lease margin applies to these only
         while True:
-            taken = _take(poll, max_messages)
+            taken = _take(poll, max_messages, kept)
             if taken:
                 return taken
+            kept = 0
             if poll.error is not None:
                 error, poll.error = poll.error, None
                 raise error
@@ -474,6 +484,9 @@ class QueueClient:
         client = self._client
         if not client.metadata.has_topic(queue):
             client.add_topics([queue])
+            await client.refresh_metadata()
+            if client.metadata.topic_errors.get(queue) == UnknownTopicOrPartitionError.code:
+                raise UnknownTopicOrPartitionError(f"queue {queue!r} does not exist")
             await client.wait_for_topics([queue], client.request_timeout_s)
         partitions = client.metadata.partitions_for(queue)
         if not partitions:
@@ -657,12 +670,18 @@ def _frozen(wanted: dict[str, list[bytes]] | None) -> Any:
     return None if wanted is None else tuple(sorted((k, tuple(v)) for k, v in wanted.items()))
 
 
-def _take(poll: _Poll, max_messages: int) -> list[QueueMessage]:
-    now = time.time() * 1000 + LEASE_MARGIN_MS
+def _take(poll: _Poll, max_messages: int, kept: int) -> list[QueueMessage]:
+    """Up to ``max_messages`` buffered messages still leased; the first ``kept`` (left from
+    earlier calls) only with :data:`LEASE_MARGIN_MS` of their lease left. Ones that just
+    came are handed out however short their lease (dropping them would spend a delivery
+    the caller never saw)."""
+    now = time.time() * 1000
     taken: list[QueueMessage] = []
     while poll.buffer and len(taken) < max_messages:
         message = poll.buffer.popleft()
-        if message.lease_deadline_ms > now:
+        margin = LEASE_MARGIN_MS if kept > 0 else 0
+        kept -= 1
+        if message.lease_deadline_ms > now + margin:
             taken.append(message)
     return taken
 
