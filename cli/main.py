@@ -18,6 +18,7 @@ from cli.cluster import cluster
 from cli.consume import consume
 from cli.group import group
 from cli.produce import produce
+from cli.queue import ack, nack, queue, receive, send
 from cli.rebalance import rebalance
 from cli.serve import serve
 from cli.storage import storage
@@ -61,6 +62,11 @@ main.add_command(topic)
 main.add_command(produce)
 main.add_command(consume)
 main.add_command(group)
+main.add_command(queue)
+main.add_command(send)
+main.add_command(receive)
+main.add_command(ack)
+main.add_command(nack)
 main.add_command(storage)
 cluster.add_command(rebalance)
 main.add_command(cluster)

@@ -453,8 +453,11 @@ class ShareManager:
         share.expire(now)
         if session.waiters and share.has_visible(now):
             session.wake()
-        if session.dead_letter_queue and share.pending_dead_letters():
-            self._kick_dead_letters(session)
+        if share.pending_dead_letters():
+            if session.dead_letter_queue:
+                self._kick_dead_letters(session)
+            else:
+                share.drop_dead_letters()  # the queue's dead-letter queue was unset
         if session.saved < share.version:
             self._kick_save(session)
 

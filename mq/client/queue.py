@@ -84,9 +84,9 @@ class Receipt(NamedTuple):
         try:
             partition, offset, deliveries = (int(part) for part in text.split(":"))
         except ValueError:
-            raise InvalidReceiptError(
-                f"{text!r} is not a receipt (PARTITION:OFFSET:DELIVERIES)"
-            ) from None
+            partition = offset = deliveries = -1
+        if min(partition, offset) < 0 or deliveries < 1:
+            raise InvalidReceiptError(f"{text!r} is not a receipt (PARTITION:OFFSET:DELIVERIES)")
         return cls(queue, group or queue, partition, offset, deliveries)
 
 
@@ -355,6 +355,7 @@ class QueueClient:
         dedup_id: str | None = None,
     ) -> RecordFuture:
         """:meth:`send` that returns the future of the acknowledgement (to send many)."""
+        await self._partitions(queue)  # a missing queue is an error, not an auto-created topic
         producer = await self._producer_client()
         items = _headers(headers)
         if delay is not None:
@@ -568,7 +569,10 @@ class QueueClient:
         error: str | None,
         failed: list[Receipt],
     ) -> None:
-        await self._partitions(queue)
+        known = {tp.partition for tp in await self._partitions(queue)}
+        unknown = [r for p, receipts in per_partition.items() if p not in known for r in receipts]
+        if unknown:
+            raise InvalidReceiptError(f"{queue} has no partition {unknown[0].partition}")
         tps = [TopicPartition(queue, p) for p in per_partition]
         retry: dict[int, list[Receipt]] = {}
         last: MQError | None = None

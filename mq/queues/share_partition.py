@@ -443,6 +443,15 @@ class SharePartition:
             for offset, entry in sorted(self._dead_letters.items())
         ]
 
+    def drop_dead_letters(self) -> None:
+        """The queue no longer has a dead-letter queue: the waiting letters are dropped."""
+        for entry in self._dead_letters.values():
+            entry.state = State.ARCHIVED
+        if self._dead_letters:
+            self._dead_letters.clear()
+            self._advance()
+            self.version += 1
+
     def dead_lettered_at(self, offset: int) -> None:
         """The broker copied the record to the dead-letter queue."""
         entry = self._dead_letters.pop(offset)
