@@ -90,9 +90,7 @@ async def consume(
     return seen, receives
 
 
-async def one_run(
-    broker: Broker, run: int, values: list[bytes], consumers: int, batch: int
-) -> Run:
+async def one_run(broker: Broker, run: int, values: list[bytes], consumers: int, batch: int) -> Run:
     queue = f"w6-{run}"
     await fill(broker.bootstrap, queue, values)
     before, waited = broker.cpu_seconds(), cpu_pressure_seconds()
@@ -124,7 +122,12 @@ def measure(messages: int, size: int, consumers: int, batch: int, runs: int) -> 
 
 
 def report(
-    runs: list[Run], messages: int, size: int, consumers: int, batch: int, as_json: bool,
+    runs: list[Run],
+    messages: int,
+    size: int,
+    consumers: int,
+    batch: int,
+    as_json: bool,
     out: Callable[[str], None],
 ) -> None:
     def median(pick: Callable[[Run], float]) -> float:

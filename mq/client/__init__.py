@@ -12,7 +12,8 @@ Split by role, as aiokafka is (STYLE habit 11):
 * :mod:`mq.client.consumer`, with :mod:`~mq.client.fetcher` (prefetch, lazy
   decoding), :mod:`~mq.client.group` (membership), :mod:`~mq.client.listener`
   (rebalance callbacks) and :mod:`~mq.client.offsets`;
-* :mod:`mq.client.queue`: queues (share groups: receive, ack, nack, dead letters);
+* :mod:`mq.client.queue`: queues (share groups: receive, ack, nack, dead letters),
+  with :mod:`~mq.client.queue_messages` (messages, receipts, attributes);
 * :mod:`mq.client.admin`; and :mod:`mq.client.sync`, blocking wrappers.
 """
 
@@ -21,7 +22,8 @@ from mq.client.consumer import Consumer
 from mq.client.futures import RecordFuture
 from mq.client.listener import ConsumerRebalanceListener
 from mq.client.producer import Producer
-from mq.client.queue import QueueAttributes, QueueClient, QueueMessage, Receipt
+from mq.client.queue import QueueClient
+from mq.client.queue_messages import QueueAttributes, QueueMessage, Receipt
 from mq.client.sync import SyncAdmin, SyncConsumer, SyncProducer
 from mq.client.types import (
     ConsumerRecord,

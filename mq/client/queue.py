@@ -30,13 +30,24 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any
 
 from mq.client.admin import Admin
 from mq.client.client import Client
 from mq.client.futures import RecordFuture
 from mq.client.partitioner import partition_for_key
 from mq.client.producer import Producer
+from mq.client.queue_messages import (
+    QueueAttributes,
+    QueueMessage,
+    Receipt,
+    Settleable,
+    encode_filter,
+    encode_headers,
+    frozen_filter,
+    messages_of,
+    ms_of,
+)
 from mq.client.types import RecordMetadata, TopicPartition
 from mq.errors import (
     InvalidConfigError,
@@ -49,8 +60,6 @@ from mq.errors import (
 )
 from mq.queues import config as qc
 from mq.queues import headers as qh
-from mq.storage.batch import split_batches
-from mq.storage.records import decode_records
 from mq.wire.apis_queues import (
     ACK,
     DESCRIBE_QUEUE,
@@ -65,70 +74,6 @@ from mq.wire.apis_queues import (
 LEASE_MARGIN_MS = 200
 """A kept message whose lease ends sooner than this is not handed out (it would expire
 before the caller could ack it)."""
-
-
-class Receipt(NamedTuple):
-    """What names a leased message: text form ``PARTITION:OFFSET:DELIVERIES``."""
-
-    queue: str
-    group: str
-    partition: int
-    offset: int
-    deliveries: int
-
-    def __str__(self) -> str:
-        return f"{self.partition}:{self.offset}:{self.deliveries}"
-
-    @classmethod
-    def parse(cls, queue: str, text: str, group: str | None = None) -> Receipt:
-        try:
-            partition, offset, deliveries = (int(part) for part in text.split(":"))
-        except ValueError:
-            partition = offset = deliveries = -1
-        if min(partition, offset) < 0 or deliveries < 1:
-            raise InvalidReceiptError(f"{text!r} is not a receipt (PARTITION:OFFSET:DELIVERIES)")
-        return cls(queue, group or queue, partition, offset, deliveries)
-
-
-@dataclass(frozen=True)
-class QueueMessage:
-    queue: str
-    partition: int
-    offset: int
-    body: bytes | None
-    key: bytes | None
-    headers: list[tuple[str, bytes | None]]
-    timestamp: int
-    delivery_count: int
-    lease_deadline_ms: int
-    group: str
-
-    @property
-    def handle(self) -> Receipt:
-        return Receipt(self.queue, self.group, self.partition, self.offset, self.delivery_count)
-
-    @property
-    def receipt(self) -> str:
-        return str(self.handle)
-
-
-@dataclass(frozen=True)
-class QueueAttributes:
-    name: str
-    group: str
-    partitions: int
-    visible: int
-    delayed: int
-    in_flight: int
-    dead_lettering: int
-    acked: int
-    dead_lettered: int
-    deduplicated: int
-    oldest_visible_age_s: float | None
-    configs: dict[str, str] = field(default_factory=dict)
-
-
-Settleable = QueueMessage | Receipt
 
 
 class _Retry(Exception):
@@ -237,10 +182,10 @@ class QueueClient:
     ) -> None:
         """Create the queue (and its dead-letter queue, if named and missing)."""
         configs = {
-            qc.VISIBILITY: str(_ms(visibility_timeout)),
+            qc.VISIBILITY: str(ms_of(visibility_timeout)),
             qc.MAX_DELIVERIES: str(max_deliveries),
             qc.DEAD_LETTER_QUEUE: dead_letter_queue or "",
-            qc.DELAY: str(_ms(delay)),
+            qc.DELAY: str(ms_of(delay)),
             qc.FIFO: "true" if fifo else "false",
         }
         admin = await self._admin_client()
@@ -357,9 +302,9 @@ class QueueClient:
         """:meth:`send` that returns the future of the acknowledgement (to send many)."""
         await self._partitions(queue)  # a missing queue is an error, not an auto-created topic
         producer = await self._producer_client()
-        items = _headers(headers)
+        items = encode_headers(headers)
         if delay is not None:
-            items.append((qh.DELAY_MS, str(_ms(delay)).encode()))
+            items.append((qh.DELAY_MS, str(ms_of(delay)).encode()))
         partition = None
         if dedup_id is not None:
             items.append((qh.DEDUP_ID, dedup_id.encode()))
@@ -388,9 +333,9 @@ class QueueClient:
         seconds (at most 20) for the first. ``filter``: only messages whose headers
         have these values (a name with several values: any of them)."""
         group = group or queue
-        wanted = _filter(filter)
-        lease = None if visibility_timeout is None else _ms(visibility_timeout)
-        key = (queue, group, _frozen(wanted), lease)
+        wanted = encode_filter(filter)
+        lease = None if visibility_timeout is None else ms_of(visibility_timeout)
+        key = (queue, group, frozen_filter(wanted), lease)
         poll = self._polls.setdefault(key, _Poll())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, min(wait, MAX_WAIT_MS / 1000))
@@ -479,7 +424,7 @@ class QueueClient:
                     else:
                         poll.error = error
                     continue
-                poll.buffer.extend(_messages(topic["name"], body["group"], part))
+                poll.buffer.extend(messages_of(topic["name"], body["group"], part))
 
     async def _partitions(self, queue: str) -> list[TopicPartition]:
         client = self._client
@@ -503,7 +448,7 @@ class QueueClient:
     async def nack(self, *messages: Settleable, delay: float = 0, error: str | None = None) -> None:
         """Give messages back: visible again after ``delay`` seconds (or dead-lettered
         if they reached max_deliveries)."""
-        await self._settle_or_raise(messages, RELEASE, _ms(delay), error)
+        await self._settle_or_raise(messages, RELEASE, ms_of(delay), error)
 
     async def reject(self, *messages: Settleable, error: str | None = None) -> None:
         """The messages cannot be processed: to the dead-letter queue now."""
@@ -511,7 +456,7 @@ class QueueClient:
 
     async def extend(self, message: Settleable, visibility_timeout: float) -> None:
         """The lease now ends ``visibility_timeout`` seconds from now (0 releases it)."""
-        await self._settle_or_raise([message], EXTEND, _ms(visibility_timeout), None)
+        await self._settle_or_raise([message], EXTEND, ms_of(visibility_timeout), None)
 
     async def _settle_or_raise(
         self, messages: Iterable[Settleable], action: int, ms: int, error: str | None
@@ -645,35 +590,6 @@ class QueueClient:
         return moved
 
 
-def _ms(seconds: float) -> int:
-    return round(seconds * 1000)
-
-
-def _headers(
-    headers: Mapping[str, bytes | str] | Sequence[tuple[str, bytes | None]] | None,
-) -> list[tuple[str, bytes | None]]:
-    if headers is None:
-        return []
-    pairs = headers.items() if isinstance(headers, Mapping) else headers
-    return [(k, v.encode() if isinstance(v, str) else v) for k, v in pairs]
-
-
-def _filter(
-    wanted: Mapping[str, str | bytes | Iterable[str | bytes]] | None,
-) -> dict[str, list[bytes]] | None:
-    if not wanted:
-        return None
-    out: dict[str, list[bytes]] = {}
-    for name, values in wanted.items():
-        items = [values] if isinstance(values, str | bytes) else list(values)
-        out[name] = [v.encode() if isinstance(v, str) else bytes(v) for v in items]
-    return out
-
-
-def _frozen(wanted: dict[str, list[bytes]] | None) -> Any:
-    return None if wanted is None else tuple(sorted((k, tuple(v)) for k, v in wanted.items()))
-
-
 def _take(poll: _Poll, max_messages: int, kept: int) -> list[QueueMessage]:
     """Up to ``max_messages`` buffered messages still leased; the first ``kept`` (left from
     earlier calls) only with :data:`LEASE_MARGIN_MS` of their lease left. Ones that just
@@ -688,32 +604,3 @@ def _take(poll: _Poll, max_messages: int, kept: int) -> list[QueueMessage]:
         if message.lease_deadline_ms > now + margin:
             taken.append(message)
     return taken
-
-
-def _messages(topic: str, group: str, part: Mapping[str, Any]) -> list[QueueMessage]:
-    counts = dict(zip(part["offsets"], part["counts"], strict=True))
-    if not counts:
-        return []
-    deadline = part["lease_deadline_ms"]
-    out: list[QueueMessage] = []
-    for header, batch in split_batches(part["records"]):
-        if header.is_control:
-            continue
-        for record in decode_records(batch):
-            count = counts.get(record.offset)
-            if count is not None:
-                out.append(
-                    QueueMessage(
-                        topic,
-                        part["partition"],
-                        record.offset,
-                        record.value,
-                        record.key,
-                        list(record.headers),
-                        record.timestamp,
-                        count,
-                        deadline,
-                        group,
-                    )
-                )
-    return out

@@ -32,7 +32,9 @@ async def _leader(cluster: LocalCluster, topic: str, index: int, via: str = "") 
     return found
 
 
-async def _receive_all(q: QueueClient, queue: str, want: int, timeout_s: float) -> list[QueueMessage]:
+async def _receive_all(
+    q: QueueClient, queue: str, want: int, timeout_s: float
+) -> list[QueueMessage]:
     got: list[QueueMessage] = []
     deadline = time.monotonic() + timeout_s
     while len(got) < want and time.monotonic() < deadline:
