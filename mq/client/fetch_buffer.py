@@ -19,19 +19,21 @@ from collections import deque
 
 from mq.client.types import ConsumerRecord, TopicPartition
 from mq.errors import MQError
-from mq.storage.batch import CONTROL_BIT, LOG_OVERHEAD, RECORDS_AT
+from mq.storage.batch import CONTROL_BIT, LOG_OVERHEAD, RECORDS_AT, TIMESTAMP_TYPE_BIT
 from mq.storage.records import Record, decode_records
 
 _HEAD = struct.Struct(">qi")  # baseOffset, batchLength
 _ATTRS_AT = 21
 _LAST_DELTA_AT = 23
 _NEW = tuple.__new__
+_CREATE = (0,)
+_LOG_APPEND = (1,)
 
 
 class _Chunk:
     """The raw batches of one fetch for one partition, and the batch being handed out."""
 
-    __slots__ = ("index", "pos", "raw", "records")
+    __slots__ = ("index", "pos", "raw", "records", "timestamp_type")
 
     def __init__(self, raw: bytes) -> None:
         self.raw = raw
@@ -40,6 +42,8 @@ class _Chunk:
         self.records: list[Record] = []
         self.index = 0
         """The next record of ``records`` (the decoded batch) to hand out."""
+        self.timestamp_type: tuple[int] = (0,)
+        """The decoded batch's timestamp type, as the tail of its ConsumerRecords."""
 
 
 class PartitionState:
@@ -109,7 +113,8 @@ class PartitionState:
             taken = records[index : index + budget]
             chunk.index = index = index + len(taken)
             budget -= len(taken)
-            out += [_NEW(ConsumerRecord, head + r) for r in taken]
+            tail = chunk.timestamp_type
+            out += [_NEW(ConsumerRecord, head + r + tail) for r in taken]
             self.position = taken[-1][0] + 1
             if index >= len(records) and chunk.pos >= len(chunk.raw):
                 chunks.popleft()  # all handed out: make room for the next fetch now
@@ -130,7 +135,8 @@ class PartitionState:
             batch = raw[pos : pos + size]
             pos += size
             last = base + struct.unpack_from(">i", batch, _LAST_DELTA_AT)[0]
-            control = struct.unpack_from(">h", batch, _ATTRS_AT)[0] & CONTROL_BIT
+            attributes = struct.unpack_from(">h", batch, _ATTRS_AT)[0]
+            control = attributes & CONTROL_BIT
             if last < position or control:
                 if control and last >= position:
                     self.position = position = last + 1
@@ -141,6 +147,7 @@ class PartitionState:
                 while index < len(records) and records[index][0] < position:
                     index += 1
             chunk.pos, chunk.records, chunk.index = pos, records, index
+            chunk.timestamp_type = _LOG_APPEND if attributes & TIMESTAMP_TYPE_BIT else _CREATE
             if index < len(records):
                 return True
         chunk.pos, chunk.records, chunk.index = pos, [], 0

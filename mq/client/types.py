@@ -35,7 +35,12 @@ class RecordMetadata(NamedTuple):
 
 
 class ConsumerRecord(NamedTuple):
-    """One record as a consumer receives it."""
+    """One record as a consumer receives it.
+
+    ``timestamp_type`` is 0 when ``timestamp`` is the producer's create time and
+    1 when it is the broker's log-append time (the topic's
+    ``message.timestamp.type``), as in Kafka.
+    """
 
     topic: str
     partition: int
@@ -44,6 +49,7 @@ class ConsumerRecord(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes | None]]
+    timestamp_type: int = 0
 
 
 class OffsetAndTimestamp(NamedTuple):

@@ -1,7 +1,7 @@
 """Real broker processes for integration tests.
 
-``broker`` is one ``mq serve`` per test module (tests use their own topics);
-``own_broker`` is a fresh one per test, for tests that kill or restart it.
+``broker`` (one ``mq serve`` per test module, in ``tests/conftest.py``) and
+``own_broker``, a fresh one per test, for tests that kill or restart it.
 Each runs ``python -m cli.main serve --data-dir DIR --port 0`` on loopback,
 waits (bounded) for its ``mq listening on HOST:PORT`` line, and is stopped
 with SIGTERM, then SIGKILL if it has not exited within a bounded wait.
@@ -14,23 +14,6 @@ from pathlib import Path
 
 import pytest
 from broker_process import BrokerProcess
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("broker"))
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
-
-
-@pytest.fixture
-def bootstrap(broker: BrokerProcess) -> str:
-    """The shared broker's ``host:port``."""
-    return broker.bootstrap
-
 
 RESTARTABLE_SEGMENT_BYTES = 16 * 1024 * 1024
 """Segment size of ``own_broker``. Recovery after kill -9 currently reads every

@@ -91,6 +91,14 @@ def test_control_batches_are_skipped() -> None:
     assert values(fetcher) == [0, 1, 3, 4]
 
 
+def test_records_carry_their_batch_timestamp_type() -> None:
+    fetcher = fetcher_at(0)
+    log_append = build_batch([(None, b"2", [], 5)], base_offset=2, timestamp_type=1)
+    feed(fetcher, batch(0, 2) + log_append + batch(3, 1))
+    records = fetcher.take(None, 10)[TP]
+    assert [(r.offset, r.timestamp_type) for r in records] == [(0, 0), (1, 0), (2, 1), (3, 0)]
+
+
 def test_a_response_from_before_a_seek_is_dropped() -> None:
     fetcher = fetcher_at(0)
     state = fetcher.states[TP]
