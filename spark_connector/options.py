@@ -28,8 +28,9 @@ _READ: Final = _COMMON | {"startingoffsets", "minpartitions"}
 _BATCH_READ: Final = _READ | {"endingoffsets"}
 _STREAM_READ: Final = _READ | {"maxoffsetspertrigger"}
 _WRITE: Final = {"bootstrap", "topic", "requesttimeoutms", "lingerms", "batchsize", "compression"}
-_IGNORED: Final = {"path"}
-"""Spark passes ``load(path)``/``save(path)`` as this option; a topic is not a path."""
+_IGNORED: Final = {"path", "checkpointlocation"}
+"""Spark's own options, which it passes on too: ``load(path)``/``save(path)``
+(a topic is not a path) and a streaming query's checkpoint."""
 
 
 class OptionError(ValueError):

@@ -22,6 +22,7 @@ import spark_connector
 def spark() -> Iterator[SparkSession]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # loopback only, whatever the hostname says
     session = (
         SparkSession.builder.master("local[2]")
         .appName("mq-tests")
