@@ -50,6 +50,9 @@ value and zero headers, one byte each. Bounds a claimed recordsCount."""
 
 _ZIGZAG: Final = tuple((byte >> 1) ^ -(byte & 1) for byte in range(0x80))
 """The value of each one-byte varint, looked up inline by the record parser."""
+_ZIGZAG2: Final = tuple((raw >> 1) ^ -(raw & 1) for raw in range(0x4000))
+"""The value of each two-byte varint by its 14 payload bits (low byte's 7, then the
+high byte's): record lengths, value sizes and timestamp deltas of most records."""
 _INT32_MIN: Final = -(1 << 31)
 _INT32_MAX: Final = (1 << 31) - 1
 _INT64_MIN: Final = -(1 << 63)
@@ -444,8 +447,8 @@ def _parse_records(
 ) -> tuple[list[Record], int]:
     """Parse ``count`` records from ``data[pos:]``: the hot loop of every consumer.
 
-    Each varint takes the inline one-byte path (``_ZIGZAG``) when its first
-    byte has no continuation bit and :func:`_read_varint` otherwise. Field
+    Each varint takes an inline path when it is one byte (``_ZIGZAG``) or two
+    (``_ZIGZAG2``), and :func:`_read_varint` otherwise. Field
     overruns are not checked one by one: the slices stop at the end of
     ``data``, positions keep counting, and the record's end must then match its
     stated length. Truncation raises :class:`IndexError` for the caller.
@@ -454,6 +457,7 @@ def _parse_records(
     add = records.append
     read = _read_varint
     zigzag = _ZIGZAG
+    zigzag2 = _ZIGZAG2
     new_record = tuple.__new__  # Record(...) through its Python-level __new__ is 2x slower
     base_offset = header.base_offset
     base_timestamp = header.base_timestamp
@@ -462,23 +466,68 @@ def _parse_records(
     previous_delta = -1
     end = len(data)
     for _ in range(count):
-        length, pos = (zigzag[b], pos + 1) if (b := data[pos]) < 0x80 else read(data, pos, 5)
+        # Each varint inline: one byte, two bytes (a table), else the general reader.
+        # Statements, not expressions: no tuple is built on the short paths.
+        if (b := data[pos]) < 0x80:
+            length = zigzag[b]
+            pos += 1
+        elif (c := data[pos + 1]) < 0x80:
+            length = zigzag2[(b & 0x7F) | (c << 7)]
+            pos += 2
+        else:
+            length, pos = read(data, pos, 5)
         record_end = pos + length
         if length < MIN_RECORD_SIZE - 1 or record_end > end:
             raise CorruptRecordError(f"record length {length} is impossible here")
         pos += 1  # attributes: unused
-        ts_delta, pos = (zigzag[b], pos + 1) if (b := data[pos]) < 0x80 else read(data, pos, 10)
-        offset_delta, pos = (zigzag[b], pos + 1) if (b := data[pos]) < 0x80 else read(data, pos, 5)
+        if (b := data[pos]) < 0x80:
+            ts_delta = zigzag[b]
+            pos += 1
+        elif (c := data[pos + 1]) < 0x80:
+            ts_delta = zigzag2[(b & 0x7F) | (c << 7)]
+            pos += 2
+        else:
+            ts_delta, pos = read(data, pos, 10)
+        if (b := data[pos]) < 0x80:
+            offset_delta = zigzag[b]
+            pos += 1
+        elif (c := data[pos + 1]) < 0x80:
+            offset_delta = zigzag2[(b & 0x7F) | (c << 7)]
+            pos += 2
+        else:
+            offset_delta, pos = read(data, pos, 5)
         if not previous_delta < offset_delta <= last_delta:
             raise CorruptRecordError(f"offset delta {offset_delta} after {previous_delta}")
         previous_delta = offset_delta
-        size, pos = (zigzag[b], pos + 1) if (b := data[pos]) < 0x80 else read(data, pos, 5)
-        key = data[pos : pos + size] if size >= 0 else _null(size)
-        pos += size if size > 0 else 0
-        size, pos = (zigzag[b], pos + 1) if (b := data[pos]) < 0x80 else read(data, pos, 5)
+        if (b := data[pos]) == 1:  # -1: a null key, the usual case
+            key = None
+            pos += 1
+        else:
+            if b < 0x80:
+                size = zigzag[b]
+                pos += 1
+            elif (c := data[pos + 1]) < 0x80:
+                size = zigzag2[(b & 0x7F) | (c << 7)]
+                pos += 2
+            else:
+                size, pos = read(data, pos, 5)
+            key = data[pos : pos + size] if size >= 0 else _null(size)
+            pos += size if size > 0 else 0
+        if (b := data[pos]) < 0x80:
+            size = zigzag[b]
+            pos += 1
+        elif (c := data[pos + 1]) < 0x80:
+            size = zigzag2[(b & 0x7F) | (c << 7)]
+            pos += 2
+        else:
+            size, pos = read(data, pos, 5)
         value = data[pos : pos + size] if size >= 0 else _null(size)
         pos += size if size > 0 else 0
-        size, pos = (zigzag[b], pos + 1) if (b := data[pos]) < 0x80 else read(data, pos, 5)
+        if (b := data[pos]) == 0:  # no headers, the usual case
+            pos += 1
+            size = 0
+        else:
+            size, pos = read(data, pos, 5)
         headers: list[Header] = []
         if size:
             if not 0 < size <= (record_end - pos) // 2:
