@@ -267,12 +267,15 @@ class Client:
         new = set(topics) - self._topics
         if new:
             self._topics |= new
-            self.request_metadata_update()
+            self.metadata.request_update_for_new_topics()
+            self._wake_refresher.set()
 
     def set_topics(self, topics: Iterable[str]) -> None:
         """Keep metadata for exactly these topics from the next refresh on."""
         wanted = set(topics)
         if wanted != self._topics:
+            if wanted - self._topics:
+                self.metadata.request_update_for_new_topics()
             self._topics = wanted
             self.request_metadata_update()
 

@@ -110,6 +110,7 @@ class ClusterMetadata:
         self._last_refresh: float | None = None
         self._last_attempt: float | None = None
         self._requested = True  # nothing is known yet
+        self._new_topics = False
         self._failures = 0
 
     # -- refresh schedule ---------------------------------------------------------------
@@ -117,6 +118,17 @@ class ClusterMetadata:
     def request_update(self) -> None:
         """Ask for a refresh as soon as the backoff allows (after a stale-metadata error)."""
         self._requested = True
+
+    def request_update_for_new_topics(self) -> None:
+        """Ask for a refresh now: the client needs topics the last one did not ask for.
+
+        The backoff is for failures and stale entries; a refresh that merely
+        did not cover a topic just assigned or produced to is no reason to
+        wait (that would delay every new consumer's first fetch). After a
+        failure the backoff still holds.
+        """
+        self._requested = True
+        self._new_topics = True
 
     @property
     def update_requested(self) -> bool:
@@ -132,7 +144,7 @@ class ClusterMetadata:
         if self._last_refresh is None and self._last_attempt is None:
             return 0.0
         if self._requested:
-            if self._last_attempt is None:
+            if self._last_attempt is None or (self._new_topics and not self._failures):
                 return 0.0
             return max(0.0, self._last_attempt + self.current_backoff() - now)
         assert self._last_refresh is not None
@@ -147,6 +159,7 @@ class ClusterMetadata:
         self._last_attempt = now
         self._failures += 1
         self._requested = True
+        self._new_topics = False
 
     def update(
         self,
@@ -199,6 +212,7 @@ class ClusterMetadata:
             }
         self.version += 1
         self._last_refresh = self._last_attempt = now
+        self._new_topics = False
         if self.missing(wanted):
             self._failures += 1
             self._requested = True

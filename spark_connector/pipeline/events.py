@@ -4,8 +4,10 @@ A message of the ``access-logs`` topic is one line of the Combined Log Format
 (what nginx and Apache write by default) with the response time in seconds
 appended, as nginx's ``$request_time`` is in many real configurations::
 
-    10.0.3.7 - - [21/Nov/2026:10:00:03 +0000] "GET /api/orders HTTP/1.1" 200 1532 "-" "Mozilla/5.0" 0.023
+    10.0.3.7 - - [21/Nov/2026:10:00:03 +0000] "GET /api/orders HTTP/1.1" 200 1532 "-" \
+        "Mozilla/5.0" 0.023
 
+(one line; broken here to fit)
 :data:`LINE_PATTERN` is the one regular expression both sides use: the Spark
 job hands it to ``regexp_extract`` (Java regex) and :func:`parse_line` to
 Python's ``re``; it is written in the common subset of the two (numbered
@@ -23,6 +25,7 @@ averages are the same IEEE division of the same two integers.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -55,7 +58,9 @@ TIME_FORMAT_SPARK: Final = "dd/MMM/yyyy:HH:mm:ss Z"
 
 MONTHS: Final = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 """Log month names, independent of the locale (``strftime("%b")`` is not)."""
-_TIME = re.compile(r"^(\d{2})/([A-Z][a-z]{2})/(\d{4}):(\d{2}):(\d{2}):(\d{2}) ([+-])(\d{2})(\d{2})$")
+_TIME = re.compile(
+    r"^(\d{2})/([A-Z][a-z]{2})/(\d{4}):(\d{2}):(\d{2}):(\d{2}) ([+-])(\d{2})(\d{2})$"
+)
 _LINE = re.compile(LINE_PATTERN)
 
 
@@ -196,7 +201,36 @@ COLUMNS: Final = tuple(WindowStats.__dataclass_fields__)
 
 def iso(time: datetime) -> str:
     """``2026-11-21T10:00:00Z``: how the output names a window's start and end (UTC)."""
-    return time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return time.astimezone(UTC).strftime(_ISO)
+
+
+_ISO: Final = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def stats_to_json(stats: WindowStats) -> str:
+    """The output record's value, as the job writes it: the columns in order, times ISO."""
+    row: dict[str, object] = {name: getattr(stats, name) for name in COLUMNS}
+    row["window_start"], row["window_end"] = iso(stats.window_start), iso(stats.window_end)
+    return json.dumps(row, separators=(",", ":"))
+
+
+def stats_from_json(value: str | bytes) -> WindowStats:
+    """A record of the output topic as :class:`WindowStats` (what a downstream consumer does)."""
+    row = json.loads(value)
+    if not isinstance(row, dict) or set(row) != set(COLUMNS):
+        raise ValueError(f"not a window-stats record: {value!r}")
+    return WindowStats(
+        window_start=datetime.strptime(row["window_start"], _ISO).replace(tzinfo=UTC),
+        window_end=datetime.strptime(row["window_end"], _ISO).replace(tzinfo=UTC),
+        path=str(row["path"]),
+        requests=int(row["requests"]),
+        client_errors=int(row["client_errors"]),
+        errors=int(row["errors"]),
+        error_rate=float(row["error_rate"]),
+        bytes=int(row["bytes"]),
+        avg_latency_ms=float(row["avg_latency_ms"]),
+        max_latency_ms=int(row["max_latency_ms"]),
+    )
 
 
 def aggregate(

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
-from mq.client.sync import SyncAdmin, SyncProducer
-from mq.errors import TopicAlreadyExistsError
+from mq.client.sync import SyncProducer
 from spark_connector.pipeline.events import AccessEvent, format_line
 
 
@@ -158,18 +157,6 @@ def _request(
 KeyBy = Literal["ip", "path"]
 
 
-def ensure_topic(bootstrap: str, topic: str, partitions: int) -> bool:
-    """Create ``topic`` unless it exists; True if this call created it."""
-    with SyncAdmin(bootstrap) as admin:
-        if topic in admin.list_topics():
-            return False
-        try:
-            admin.create_topic(topic, partitions)
-        except TopicAlreadyExistsError:  # created meanwhile, by the job or another generator
-            return False
-        return True
-
-
 def produce(
     bootstrap: str,
     topic: str,
@@ -194,7 +181,9 @@ def produce(
         batch: list[dict[str, object]] = []
         for event in events:
             key = event.ip if key_by == "ip" else event.path
-            batch.append({"topic": topic, "value": format_line(event).encode(), "key": key.encode()})
+            batch.append(
+                {"topic": topic, "value": format_line(event).encode(), "key": key.encode()}
+            )
             if len(batch) >= step:
                 sent += _send(producer, batch)
                 batch = []

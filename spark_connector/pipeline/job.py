@@ -2,8 +2,8 @@
 
 ::
 
-    mq topic access-logs ──parse──▶ watermark ──window(1 min) × path──▶ mq topic access-stats
-                                                                   └──▶ Parquet files
+    topic access-logs --parse--> watermark --group by 1-minute window, path--> topic access-stats
+                                                                           \-> Parquet files
 
 Parsing is Spark SQL only (``regexp_extract``, ``try_to_timestamp``,
 ``try_cast``): no Python UDF, so no row leaves the JVM after the source's

@@ -110,6 +110,19 @@ def test_refresh_schedule_max_age_and_backoff() -> None:
     assert md.current_backoff() == pytest.approx(0.1)
 
 
+def test_new_topics_skip_the_backoff_unless_the_last_refresh_failed() -> None:
+    md = ClusterMetadata(backoff_s=0.1, backoff_max_s=1)
+    md.update(response({"t": [partition(0, 1)]}), 0.0, wanted=["t"])
+    md.request_update_for_new_topics()
+    assert md.time_to_next_update(0.01) == 0  # the consumer's first fetch need not wait
+    md.update(response({"t": [partition(0, 1)], "u": [partition(0, 1)]}), 0.02, wanted=["u"])
+    md.request_update()
+    assert md.time_to_next_update(0.03) == pytest.approx(0.09)  # stale: the backoff holds
+    md.failed_update(0.05)
+    md.request_update_for_new_topics()
+    assert md.time_to_next_update(0.06) == pytest.approx(0.19)  # after a failure too
+
+
 def test_a_wanted_topic_that_is_still_missing_keeps_a_refresh_requested() -> None:
     md = ClusterMetadata(backoff_s=0.1, backoff_max_s=1)
     md.update(response({"new": 3}), 0.0, wanted=["new"])
