@@ -84,7 +84,9 @@ def session() -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     # the Python workers import benchmarks.spark_memory from the repository
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])
+    )
     from pyspark.sql import SparkSession
 
     import spark_connector
@@ -111,7 +113,9 @@ def measure(messages: int, size: int, partitions: int, runs: int) -> dict[str, A
         try:
             fill(broker.bootstrap, "w7", partitions, values)
             rows_path = Path(tmp) / "rows.pickle"
-            rows_path.write_bytes(pickle.dumps(rows_of(broker.bootstrap, "w7", partitions, messages)))
+            rows_path.write_bytes(
+                pickle.dumps(rows_of(broker.bootstrap, "w7", partitions, messages))
+            )
             spark = session()
             try:
                 return timed(spark, broker, str(rows_path), partitions, runs, values)
@@ -125,7 +129,12 @@ def timed(
     spark: Any, broker: Broker, rows_path: str, partitions: int, runs: int, values: list[bytes]
 ) -> dict[str, Any]:
     def mq() -> Any:
-        return spark.read.format("mq").option("bootstrap", broker.bootstrap).option("topic", "w7").load()
+        return (
+            spark.read.format("mq")
+            .option("bootstrap", broker.bootstrap)
+            .option("topic", "w7")
+            .load()
+        )
 
     def memory(mode: str) -> Callable[[], Any]:
         return lambda: (
@@ -168,7 +177,9 @@ def timed(
     return {"seconds": seconds, "broker_cpu": broker_cpu, "problem": problem}
 
 
-def report(result: dict[str, Any], messages: int, size: int, partitions: int, as_json: bool) -> None:
+def report(
+    result: dict[str, Any], messages: int, size: int, partitions: int, as_json: bool
+) -> None:
     seconds: dict[str, list[float]] = result["seconds"]
     rate = {name: messages / statistics.median(s) for name, s in seconds.items()}
     figure = {

@@ -41,10 +41,12 @@ def _batches(rows: list[tuple[Any, ...]], size: int = 8192) -> list[pa.RecordBat
     out = []
     for start in range(0, len(rows), size):
         columns = list(zip(*rows[start : start + size], strict=True))
-        out.append(pa.RecordBatch.from_arrays(
-            [pa.array(c, f.type) for c, f in zip(columns, ARROW_SCHEMA, strict=True)],
-            schema=ARROW_SCHEMA,
-        ))
+        out.append(
+            pa.RecordBatch.from_arrays(
+                [pa.array(c, f.type) for c, f in zip(columns, ARROW_SCHEMA, strict=True)],
+                schema=ARROW_SCHEMA,
+            )
+        )
     return out
 
 

@@ -21,14 +21,13 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from mq.client.sync import SyncAdmin, SyncConsumer
 from mq.client.types import TopicPartition
 from mq.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from spark_connector.columnar import to_arrow_columns
 from spark_connector.options import ReadOptions
 from spark_connector.ranges import OffsetRange, Partitioned, plan, resolve
-from spark_connector.schema import to_arrow
 
-MAX_RECORDS_PER_BATCH = 8192
-"""Records per Arrow batch handed to Spark (and per poll of the consumer)."""
-FETCH_BYTES = 4 * 1024 * 1024
-"""Bytes the consumer prefetches per partition: a task reads one partition, fast."""
+FETCH_BYTES = 2 * 1024 * 1024
+"""Bytes per fetch of the one partition a task reads: each fetched chunk becomes one
+Arrow batch for Spark (:mod:`spark_connector.columnar`)."""
 
 
 class DataLossError(RuntimeError):
@@ -106,6 +105,9 @@ def offsets_between(admin: SyncAdmin, options: ReadOptions) -> tuple[Partitioned
 def read_range(options: ReadOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]:
     """The records of ``r`` as Arrow batches, in offset order, stopping exactly at ``r.end``.
 
+    The consumer hands over each fetch undecoded, and each becomes one Arrow
+    batch at once (:func:`~spark_connector.columnar.to_arrow_columns`).
+
     A range whose start is below the partition's log start lost data: an error
     (:class:`DataLossError`), or with ``failOnDataLoss=false`` the read goes on
     from the log start. Offsets missing inside the range (compaction, control
@@ -127,7 +129,7 @@ def read_range(options: ReadOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
         stalled_since = time.monotonic()
         while position < r.end:
             try:
-                records = consumer.poll(timeout_ms=500, max_records=MAX_RECORDS_PER_BATCH).get(tp)
+                chunk = consumer.poll_raw(timeout_ms=500).get(tp)
             except OffsetOutOfRangeError:
                 earliest = _log_start(options, tp)
                 if earliest <= position:  # past the end: the partition was recreated or cut
@@ -145,18 +147,14 @@ def read_range(options: ReadOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
                 consumer.seek(tp, earliest)
                 position = earliest
                 continue
-            if records:
-                if records[-1].offset >= r.end:
-                    records = [record for record in records if record.offset < r.end]
-                if records:
-                    yield to_arrow(records)
-                position = records[-1].offset + 1 if records else r.end
+            if chunk is not None:
+                batch = to_arrow_columns(chunk.data, r.topic, r.partition, position, r.end)
+                if batch is not None:
+                    yield batch
+                position = max(position, chunk.next_offset)
                 stalled_since = time.monotonic()
                 continue
-            moved = consumer.position(tp)  # past control batches and compacted gaps
-            if moved > position:
-                position, stalled_since = moved, time.monotonic()
-            elif time.monotonic() - stalled_since > options.poll_timeout_ms / 1000:
+            if time.monotonic() - stalled_since > options.poll_timeout_ms / 1000:
                 raise TimeoutError(
                     f"{r.topic}-{r.partition}: no record past offset {position} within "
                     f"pollTimeoutMs={options.poll_timeout_ms} (range ends at {r.end})"

@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Literal
 
 from mq.client.client import Client
-from mq.client.fetch_buffer import PartitionState
+from mq.client.fetch_buffer import PartitionState, RawRecords
 from mq.client.fetcher import Fetcher
 from mq.client.group import GroupMember, require_group
 from mq.client.listener import ConsumerRebalanceListener
@@ -260,6 +260,26 @@ class Consumer:
             await self._fetcher.wait_for_data(remaining)
             self._check()
             got = self._fetcher.take(wanted, limit)
+        return got
+
+    async def getmany_raw(
+        self, *partitions: TopicPartition, timeout_ms: int = 0
+    ) -> dict[TopicPartition, RawRecords]:
+        """Fetched data as it came, undecoded: a chunk of whole batches per partition.
+
+        For readers that decode batches themselves (the Spark connector turns
+        them into Arrow columns): the batches are RecordBatch v2 as the broker
+        sent them, CRCs not yet checked, and records below each chunk's
+        ``position`` must be skipped. Waits up to ``timeout_ms`` for the first.
+        """
+        self._check()
+        wanted = partitions or None
+        got = self._fetcher.take_raw(wanted)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while not got and (remaining := deadline - time.monotonic()) > 0:
+            await self._fetcher.wait_for_data(remaining)
+            self._check()
+            got = self._fetcher.take_raw(wanted)
         return got
 
     async def getone(self, *partitions: TopicPartition) -> ConsumerRecord:

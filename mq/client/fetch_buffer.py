@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 from collections import deque
+from typing import NamedTuple
 
 from mq.client.types import ConsumerRecord, TopicPartition
 from mq.errors import MQError
@@ -30,15 +31,30 @@ _CREATE = (0,)
 _LOG_APPEND = (1,)
 
 
+class RawRecords(NamedTuple):
+    """Fetched record batches, undecoded (see :meth:`PartitionState.take_raw`)."""
+
+    data: bytes
+    """Whole RecordBatch v2 batches, back to back, as the broker sent them."""
+    position: int
+    """The first offset the consumer had not handed out: skip records below it."""
+    next_offset: int
+    """The offset after the last batch: the consumer's position now."""
+
+
 class _Chunk:
     """The raw batches of one fetch for one partition, and the batch being handed out."""
 
-    __slots__ = ("index", "pos", "raw", "records", "timestamp_type")
+    __slots__ = ("batch_at", "index", "next_offset", "pos", "raw", "records", "timestamp_type")
 
-    def __init__(self, raw: bytes) -> None:
+    def __init__(self, raw: bytes, next_offset: int) -> None:
         self.raw = raw
+        self.next_offset = next_offset
+        """The offset after the last batch of ``raw``."""
         self.pos = 0
         """Where the next undecoded batch starts in ``raw``."""
+        self.batch_at = 0
+        """Where the batch being handed out (``records``) starts in ``raw``."""
         self.records: list[Record] = []
         self.index = 0
         """The next record of ``records`` (the decoded batch) to hand out."""
@@ -89,7 +105,7 @@ class PartitionState:
         end, next_offset = walk(raw)
         if not end:
             return False
-        self.chunks.append(_Chunk(raw if end == len(raw) else raw[:end]))
+        self.chunks.append(_Chunk(raw if end == len(raw) else raw[:end], next_offset))
         self.buffered += end
         self.fetch_offset = next_offset
         return True
@@ -121,6 +137,23 @@ class PartitionState:
                 self.buffered -= len(chunk.raw)
         return out
 
+    def take_raw(self) -> RawRecords | None:
+        """The next fetched chunk as it came: whole batches, not decoded, CRCs unchecked.
+
+        Records below ``position`` in it (the first batch of a fetch may start
+        before the position, or a batch may be half handed out by :meth:`take`)
+        are the caller's to skip; the position moves past the chunk.
+        """
+        if not self.chunks or self.position is None:
+            return None
+        chunk = self.chunks.popleft()
+        self.buffered -= len(chunk.raw)
+        pending = chunk.index < len(chunk.records)
+        start = chunk.batch_at if pending else chunk.pos
+        position = self.position
+        self.position = max(position, chunk.next_offset)
+        return RawRecords(chunk.raw[start:] if start else chunk.raw, position, chunk.next_offset)
+
     def _decode_next(self, chunk: _Chunk) -> bool:
         """Decode the chunk's next batch into ``chunk.records``; False when none is left.
 
@@ -130,6 +163,7 @@ class PartitionState:
         raw, pos = chunk.raw, chunk.pos
         position = self.position if self.position is not None else 0
         while pos < len(raw):
+            chunk.batch_at = pos
             base, length = _HEAD.unpack_from(raw, pos)
             size = length + LOG_OVERHEAD
             batch = raw[pos : pos + size]

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 
 from mq.client.client import Client
-from mq.client.fetch_buffer import PartitionState
+from mq.client.fetch_buffer import PartitionState, RawRecords
 from mq.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
 from mq.client.types import ConsumerRecord, TopicPartition
 from mq.errors import MQError, OffsetOutOfRangeError, error_for_code
@@ -345,6 +345,29 @@ class Fetcher:
                 if budget <= 0:
                     break
         if any(s.buffered < self._partition_max for s in self.states.values()):
+            self.wake()
+        return out
+
+    def take_raw(
+        self, partitions: Iterable[TopicPartition] | None
+    ) -> dict[TopicPartition, RawRecords]:
+        """One undecoded chunk per partition that has one; raises a partition's error."""
+        out: dict[TopicPartition, RawRecords] = {}
+        tps = list(self.states if partitions is None else partitions)
+        for tp in tps:
+            state = self.states.get(tp)
+            if state is None or state.paused or tp in self.held:
+                continue
+            if state.error is not None:
+                error, state.error = state.error, None
+                if out:
+                    state.error = error
+                    break
+                raise error
+            raw = state.take_raw()
+            if raw is not None:
+                out[tp] = raw
+        if out:
             self.wake()
         return out
 

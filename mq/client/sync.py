@@ -35,6 +35,7 @@ from mq.client.admin import (
     TopicDescription,
 )
 from mq.client.consumer import Consumer
+from mq.client.fetch_buffer import RawRecords
 from mq.client.producer import Producer
 from mq.client.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
 from mq.errors import RequestTimedOutError
@@ -206,6 +207,10 @@ class SyncConsumer(_Wrapper):
         return self._thread.run(
             self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
         )
+
+    def poll_raw(self, timeout_ms: int = 0) -> dict[TopicPartition, RawRecords]:
+        """Undecoded batches by partition (:meth:`Consumer.getmany_raw`)."""
+        return self._thread.run(self._consumer.getmany_raw(timeout_ms=timeout_ms))
 
     def __iter__(self) -> Any:
         """Every record as it comes (blocking; stop with close() from the loop body)."""

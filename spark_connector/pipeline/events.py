@@ -2,12 +2,12 @@
 
 A message of the ``access-logs`` topic is one line of the Combined Log Format
 (what nginx and Apache write by default) with the response time in seconds
-appended, as nginx's ``$request_time`` is in many real configurations::
+appended, as nginx's ``$request_time`` is in many real configurations (one
+line, broken here to fit)::
 
-    10.0.3.7 - - [21/Nov/2026:10:00:03 +0000] "GET /api/orders HTTP/1.1" 200 1532 "-" \
-        "Mozilla/5.0" 0.023
+    10.0.3.7 - - [21/Nov/2026:10:00:03 +0000] "GET /api/orders HTTP/1.1" 200 1532
+        "-" "Mozilla/5.0" 0.023
 
-(one line; broken here to fit)
 :data:`LINE_PATTERN` is the one regular expression both sides use: the Spark
 job hands it to ``regexp_extract`` (Java regex) and :func:`parse_line` to
 Python's ``re``; it is written in the common subset of the two (numbered

@@ -2,8 +2,8 @@
 
 ::
 
-    topic access-logs --parse--> watermark --group by 1-minute window, path--> topic access-stats
-                                                                           \-> Parquet files
+    access-logs -> parse -> watermark -> group by (1-minute window, path) -> topic access-stats
+                                                                         -> Parquet files
 
 Parsing is Spark SQL only (``regexp_extract``, ``try_to_timestamp``,
 ``try_cast``): no Python UDF, so no row leaves the JVM after the source's
@@ -24,14 +24,21 @@ state, and both write the same rows because they see the same lines.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Final
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
-from spark_connector.pipeline.events import COLUMNS, GROUPS, LINE_PATTERN, TIME_FORMAT_SPARK
+from spark_connector.pipeline.events import (
+    COLUMNS,
+    GROUPS,
+    LINE_PATTERN,
+    TIME_FORMAT_SPARK,
+    WindowStats,
+)
 
 
 @dataclass(frozen=True)
@@ -133,8 +140,12 @@ def as_records(stats: DataFrame) -> DataFrame:
     )
 
 
-def start(spark: SparkSession, config: JobConfig) -> list[StreamingQuery]:
-    """Start the two queries (into mq, into Parquet); the caller waits for or stops them."""
+def start(spark: SparkSession, config: JobConfig) -> dict[str, StreamingQuery]:
+    """Start the two queries; by sink (``topic NAME``, ``parquet DIR``). The caller waits.
+
+    The mq query has no ``queryName``: Spark passes a query's name to its sink
+    as the option ``queryName``, which the mq writer rejects as unknown.
+    """
     reader = (
         spark.readStream.format("mq")
         .option("bootstrap", config.bootstrap)
@@ -144,26 +155,55 @@ def start(spark: SparkSession, config: JobConfig) -> list[StreamingQuery]:
     if config.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(config.max_offsets_per_trigger))
     stats = window_stats(parse(reader.load()), config.watermark_delay, config.window)
-    into_mq = (
-        as_records(stats)
+    writers = {
+        f"topic {config.output_topic}": as_records(stats)
         .writeStream.format("mq")
         .option("bootstrap", config.bootstrap)
         .option("topic", config.output_topic)
-        .option("checkpointLocation", str(config.checkpoint / "mq"))
-        .outputMode("append")
-    )
-    into_parquet = (
-        stats.writeStream.format("parquet")
+        .option("checkpointLocation", str(config.checkpoint / "mq")),
+        f"parquet {config.output}": stats.writeStream.format("parquet")
         .queryName("access-stats-to-parquet")
         .option("path", str(config.output))
-        .option("checkpointLocation", str(config.checkpoint / "parquet"))
-        .outputMode("append")
-    )
-    queries = []
-    for writer in (into_mq, into_parquet):
+        .option("checkpointLocation", str(config.checkpoint / "parquet")),
+    }
+    queries = {}
+    for sink, writer in writers.items():
+        writer = writer.outputMode("append")
         if config.available_now:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=interval(config.trigger_interval))
-        queries.append(writer.start())
+        queries[sink] = writer.start()
     return queries
+
+
+STATS_DDL: Final = (
+    "window_start timestamp, window_end timestamp, path string, requests bigint, "
+    "client_errors bigint, errors bigint, error_rate double, bytes bigint, "
+    "avg_latency_ms double, max_latency_ms bigint"
+)
+"""The Parquet output's schema, named so that an output without files yet reads as empty."""
+
+
+def read_stats(spark: SparkSession, output: Path) -> list[WindowStats]:
+    """Every row of the job's Parquet output (only files of committed micro-batches).
+
+    Times go through epoch seconds: ``collect`` would render a timestamp in
+    the Python process's local time zone, whatever the session's.
+    """
+    if not output.exists():
+        return []
+    frame = spark.read.schema(STATS_DDL).parquet(str(output))
+    rows = frame.select(
+        F.unix_seconds("window_start").alias("start"),
+        F.unix_seconds("window_end").alias("end"),
+        *COLUMNS[2:],
+    ).collect()
+    return [
+        WindowStats(
+            datetime.fromtimestamp(row.start, UTC),
+            datetime.fromtimestamp(row.end, UTC),
+            *(row[name] for name in COLUMNS[2:]),
+        )
+        for row in rows
+    ]

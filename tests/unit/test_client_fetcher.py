@@ -99,6 +99,26 @@ def test_records_carry_their_batch_timestamp_type() -> None:
     assert [(r.offset, r.timestamp_type) for r in records] == [(0, 0), (1, 0), (2, 1), (3, 0)]
 
 
+def test_raw_chunks_come_whole_and_move_the_position() -> None:
+    fetcher = fetcher_at(3)
+    first, second = batch(0, 5) + batch(5, 5), batch(10, 5)
+    feed(fetcher, first)
+    feed(fetcher, second)
+    assert fetcher.take_raw(None) == {TP: (first, 3, 10)}  # offsets 0-2 are the caller's to skip
+    assert fetcher.states[TP].position == 10
+    assert fetcher.take_raw(None) == {TP: (second, 10, 15)}
+    assert fetcher.take_raw(None) == {}
+    assert fetcher.states[TP].buffered == 0
+
+
+def test_raw_after_records_resends_the_half_handed_out_batch() -> None:
+    fetcher = fetcher_at(0)
+    feed(fetcher, batch(0, 5) + batch(5, 5))
+    assert values(fetcher, 7) == list(range(7))
+    [(data, position, next_offset)] = fetcher.take_raw(None).values()
+    assert (data, position, next_offset) == (batch(5, 5), 7, 10)
+
+
 def test_a_response_from_before_a_seek_is_dropped() -> None:
     fetcher = fetcher_at(0)
     state = fetcher.states[TP]
