@@ -194,8 +194,12 @@ def _binary(arr: np.ndarray, at: np.ndarray, size: np.ndarray) -> pa.Array:
     total = int(offsets[-1])
     if total > np.iinfo(np.int32).max:
         raise _Fallback
-    # every byte of every range: its position is its range's start plus its place in it
-    index = np.arange(total, dtype=np.int64) + np.repeat(at - offsets[:-1], lengths)
+    # a byte is in a range when more ranges have started than ended before it (they never
+    # overlap: other fields lie between any two), so one running sum marks them all
+    edges = np.zeros(len(arr) + 1, np.int8)
+    edges[at] = 1
+    edges[at + lengths] -= 1
+    inside = np.cumsum(edges[:-1], dtype=np.int8).view(np.bool_)
     nulls = size < 0
     validity = None
     if nulls.any():
@@ -203,7 +207,7 @@ def _binary(arr: np.ndarray, at: np.ndarray, size: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(
         pa.binary(),
         n,
-        [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(arr[index])],
+        [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(arr[inside])],
         null_count=int(nulls.sum()),
     )
 

@@ -25,7 +25,7 @@ from spark_connector.columnar import to_arrow_columns
 from spark_connector.options import ReadOptions
 from spark_connector.ranges import OffsetRange, Partitioned, plan, resolve
 
-FETCH_BYTES = 2 * 1024 * 1024
+FETCH_BYTES = 8 * 1024 * 1024
 """Bytes per fetch of the one partition a task reads: each fetched chunk becomes one
 Arrow batch for Spark (:mod:`spark_connector.columnar`)."""
 

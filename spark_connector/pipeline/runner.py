@@ -118,27 +118,32 @@ def _stop_all(queries: dict[str, StreamingQuery]) -> None:
 
 
 def run_available_now(
-    spark: SparkSession, config: JobConfig, timeout_s: float = 600.0
+    spark: SparkSession,
+    config: JobConfig,
+    timeout_s: float = 600.0,
+    report: Progress | None = None,
+    poll_s: float = 0.5,
 ) -> list[Tally]:
     """Both queries, each processing what the input topic holds now, then stopping.
 
     Bounded: queries still running after ``timeout_s`` are stopped and
-    TimeoutError raised. A failed query raises :class:`QueryFailed`.
+    TimeoutError raised. A failed query raises :class:`QueryFailed` (and
+    the other is stopped). ``report`` is called for each micro-batch.
     """
     if not config.available_now:
         raise ValueError("run_available_now needs a JobConfig with available_now=True")
     _prepare(config)
     queries = start(spark, config)
+    tallies = {sink: Tally(sink) for sink in queries}
     deadline = time.monotonic() + timeout_s
     try:
-        for sink, query in queries.items():
-            if not query.awaitTermination(max(1, round(deadline - time.monotonic()))):
-                raise TimeoutError(f"the query into {sink} did not finish in {timeout_s:.0f}s")
-            _raise_failure(sink, query)
+        while _watch(queries, tallies, report):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the job's queries did not finish in {timeout_s:.0f}s")
+            time.sleep(poll_s)
     finally:
         _stop_all(queries)
-    tallies = {sink: Tally(sink) for sink in queries}
-    _collect(queries, tallies, None)
+    _collect(queries, tallies, report)
     return list(tallies.values())
 
 
@@ -166,13 +171,9 @@ def run_until_stopped(
     queries = start(spark, config)
     tallies = {sink: Tally(sink) for sink in queries}
     try:
-        while True:
-            _collect(queries, tallies, report)
-            for sink, query in queries.items():
-                if not query.isActive:
-                    _raise_failure(sink, query)
-                    raise QueryFailed(f"the query into {sink} stopped")
+        while _watch(queries, tallies, report):
             time.sleep(poll_s)
+        raise QueryFailed("a query of the job stopped by itself")
     except KeyboardInterrupt:
         if stopping is not None:
             stopping()
@@ -184,6 +185,21 @@ def run_until_stopped(
         _stop_all(queries)
     _collect(queries, tallies, report)
     return list(tallies.values())
+
+
+def _watch(
+    queries: dict[str, StreamingQuery], tallies: dict[str, Tally], report: Progress | None
+) -> bool:
+    """Tally new micro-batches; raise if a query failed; True while any query runs.
+
+    Polled, not only read at the end: Spark keeps a query's last 100
+    progress reports (``spark.sql.streaming.numRecentProgressUpdates``).
+    """
+    _collect(queries, tallies, report)
+    for sink, query in queries.items():
+        if not query.isActive:
+            _raise_failure(sink, query)
+    return any(query.isActive for query in queries.values())
 
 
 def _stop_between_batches(queries: dict[str, StreamingQuery], deadline: float) -> None:

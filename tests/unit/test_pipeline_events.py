@@ -1,15 +1,21 @@
 """The log pipeline's pure parts: the line format, its parser, the reference aggregation,
-the traffic generator and the report table (no Spark, no broker)."""
+the traffic generator, the report table and the reading of Spark's file sink log (no
+Spark, no broker)."""
 
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from spark_connector.pipeline.events import (
+    COLUMNS,
     AccessEvent,
     WindowStats,
     aggregate,
@@ -23,6 +29,7 @@ from spark_connector.pipeline.events import (
 )
 from spark_connector.pipeline.generator import TrafficConfig, generate_events
 from spark_connector.pipeline.report import table
+from spark_connector.pipeline.results import OutputLogError, committed_files, read_parquet
 
 T0 = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 TWO_MINUTES = timedelta(minutes=2)
@@ -231,3 +238,39 @@ def test_the_table_sorts_and_cuts() -> None:
         "10:01-10:02",
         "10:02-10:03",
     ]
+
+
+def write_log(directory: Path, name: str, *entries: tuple[str, Path]) -> None:
+    lines = ["v1"] + [
+        json.dumps({"path": path.as_uri(), "size": 1, "isDir": False, "action": action})
+        for action, path in entries
+    ]
+    (directory / name).write_text("\n".join(lines) + "\n")
+
+
+def one_window(minute: int) -> WindowStats:
+    start = T0 + timedelta(minutes=minute)
+    return WindowStats(start, start + timedelta(minutes=1), "/", minute, 0, 0, 0.0, 10, 1.0, 1)
+
+
+def test_only_files_of_committed_batches_are_read(tmp_path: Path) -> None:
+    rows = [one_window(m) for m in range(4)]
+    files = {}
+    for m, row in enumerate(rows):
+        record = {name: getattr(row, name) for name in COLUMNS}
+        for name in ("window_start", "window_end"):  # naive UTC: how pyarrow reads Spark's
+            record[name] = record[name].replace(tzinfo=None)  # INT96 timestamps
+        files[m] = tmp_path / f"part-{m}.parquet"
+        pq.write_table(pa.Table.from_pylist([record]), files[m])
+    assert read_parquet(tmp_path) == []  # no log, no committed file
+    log = tmp_path / "_spark_metadata"
+    log.mkdir()
+    write_log(log, "8", ("add", files[3]))  # compacted into 9.compact: not read again
+    write_log(log, "9.compact", ("add", files[0]), ("add", files[1]))
+    write_log(log, "10", ("add", files[2]), ("delete", files[1]))
+    (log / ".10.crc").write_text("checksum")
+    assert committed_files(tmp_path) == [files[0], files[2]]
+    assert read_parquet(tmp_path) == [rows[0], rows[2]]
+    (log / "11").write_text("v2\n{}\n")
+    with pytest.raises(OutputLogError, match="v1"):
+        committed_files(tmp_path)
