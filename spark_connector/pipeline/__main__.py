@@ -148,13 +148,14 @@ def run(
     from spark_connector.pipeline.job import JobConfig, read_stats
     from spark_connector.pipeline.runner import local_session, run_available_now, run_until_stopped
 
+    if checkpoint is None:  # next to the output: out/ and out-checkpoint/
+        checkpoint = output.absolute().with_name(f"{output.absolute().name}-checkpoint")
     config = JobConfig(
         bootstrap=bootstrap,
         topic=topic,
         output_topic=output_topic,
         output=output,
-        checkpoint=checkpoint
-        or output.absolute().with_name(f"{output.absolute().name}-checkpoint"),
+        checkpoint=checkpoint,
         watermark_delay=timedelta(seconds=watermark_delay),
         window=timedelta(seconds=window),
         max_offsets_per_trigger=max_offsets_per_trigger,
@@ -167,7 +168,7 @@ def run(
     try:
         began = time.monotonic()
         if available_now:
-            tallies = run_available_now(spark, config)
+            tallies = run_available_now(spark, config, report=_report_batch)
         else:
             click.echo(f"running every {trigger}s; Ctrl-C stops")
             tallies = run_until_stopped(spark, config, _report_batch, _stopping)
@@ -177,7 +178,7 @@ def run(
         stats = read_stats(spark, config.output)
     finally:
         spark.stop()
-    _summary(stats, top)
+    _summary(stats, top, output)
 
 
 def _report_batch(tally: Tally, progress: StreamingQueryProgress) -> None:
@@ -201,7 +202,7 @@ def _report_tally(tally: Tally) -> None:
     )
 
 
-def _summary(stats: list[WindowStats], top: int) -> None:
+def _summary(stats: list[WindowStats], top: int, output: Path) -> None:
     if not stats:
         click.echo("no window is final yet: the watermark has not passed any window's end")
         return
@@ -209,7 +210,7 @@ def _summary(stats: list[WindowStats], top: int) -> None:
     errors = sum(s.errors for s in stats)
     first, last = min(s.window_start for s in stats), max(s.window_end for s in stats)
     click.echo(
-        f"\n{len(stats):,} final windows in Parquet, {first:%H:%M}-{last:%H:%M} UTC: "
+        f"\n{len(stats):,} final windows in {output}, {first:%Y-%m-%d %H:%M} to {last:%H:%M} UTC: "
         f"{requests:,} requests, {errors:,} server errors ({errors / requests:.2%})"
     )
     click.echo("later windows stay open until newer events move the watermark past their end")
