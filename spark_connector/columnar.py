@@ -39,7 +39,12 @@ from mq.storage.batch import (
     check_batch,
 )
 from mq.storage.compression import CODEC_NONE, decompress
-from mq.storage.records import DEFAULT_MAX_DECOMPRESSED, decode_records, read_record_lengths
+from mq.storage.records import (
+    DEFAULT_MAX_DECOMPRESSED,
+    MIN_RECORD_SIZE,
+    decode_records,
+    record_starts,
+)
 from spark_connector.schema import ARROW_SCHEMA, HEADERS_TYPE, to_arrow
 
 _PAD: Final = bytes(16)
@@ -117,10 +122,11 @@ def _sections(data: bytes, start: int) -> _Sections:
 
 def _decode(s: _Sections, topic: str, partition: int) -> pa.RecordBatch:
     buf = b"".join(s.pieces)
-    bodies, lengths = read_record_lengths(buf, s.starts, s.counts)
+    starts = np.asarray(record_starts(buf, s.starts, s.counts), np.int64)
     arr = np.frombuffer(buf + _PAD, np.uint8)
-    body = np.asarray(bodies, np.int64)
-    length = np.asarray(lengths, np.int64)
+    length, body = _varints(arr, starts)
+    if (length < MIN_RECORD_SIZE - 1).any():
+        raise _Fallback
     ts_delta, p = _varints(arr, body + 1)  # after the attributes byte
     offset_delta, p = _varints(arr, p)
     key_size, p = _varints(arr, p)

@@ -551,40 +551,34 @@ def _parse_records(
     return records, pos
 
 
-def read_record_lengths(
-    data: bytes, starts: Sequence[int], counts: Sequence[int]
-) -> tuple[list[int], list[int]]:
-    """Where each record's body starts in ``data``, and its length, for record sections
-    at ``starts`` holding ``counts`` records: the one sequential step of a columnar
+def record_starts(data: bytes, starts: Sequence[int], counts: Sequence[int]) -> list[int]:
+    """Where each record begins (its length varint) in ``data``, for record sections at
+    ``starts`` holding ``counts`` records: the one sequential step of a columnar
     decoder (each record's length says where the next begins).
 
-    Raises :class:`CorruptRecordError` if a section's records do not end exactly
-    where the next section starts (or ``data`` ends), and IndexError past the end.
+    Lengths are not checked here (the caller decodes them again, all at once,
+    and compares each record's end with the next one's start); a section that
+    does not end exactly where the next starts (or ``data`` ends) raises
+    :class:`CorruptRecordError`, a position past the end IndexError.
     """
-    bodies: list[int] = []
-    lengths: list[int] = []
-    add_body, add_length = bodies.append, lengths.append
+    out: list[int] = []
+    add = out.append
     read = _read_varint
     zigzag, zigzag2 = _ZIGZAG, _ZIGZAG2
     ends = [*starts[1:], len(data)]
     for pos, count, end in zip(starts, counts, ends, strict=True):
         for _ in range(count):
+            add(pos)
             if (b := data[pos]) < 0x80:
-                length = zigzag[b]
-                pos += 1
+                pos += zigzag[b] + 1
             elif (c := data[pos + 1]) < 0x80:
-                length = zigzag2[(b & 0x7F) | (c << 7)]
-                pos += 2
+                pos += zigzag2[(b & 0x7F) | (c << 7)] + 2
             else:
                 length, pos = read(data, pos, 5)
-            if length < MIN_RECORD_SIZE - 1:
-                raise CorruptRecordError(f"record length {length} is impossible")
-            add_body(pos)
-            add_length(length)
-            pos += length
+                pos += length
         if pos != end:
             raise CorruptRecordError(f"records end {pos - end:+d} bytes off their section")
-    return bodies, lengths
+    return out
 
 
 def _null(size: int) -> bytes | None:
