@@ -28,9 +28,9 @@ _READ: Final = _COMMON | {"startingoffsets", "minpartitions"}
 _BATCH_READ: Final = _READ | {"endingoffsets"}
 _STREAM_READ: Final = _READ | {"maxoffsetspertrigger"}
 _WRITE: Final = {"bootstrap", "topic", "requesttimeoutms", "lingerms", "batchsize", "compression"}
-_IGNORED: Final = {"path", "checkpointlocation"}
+_IGNORED: Final = {"path", "checkpointlocation", "queryname"}
 """Spark's own options, which it passes on too: ``load(path)``/``save(path)``
-(a topic is not a path) and a streaming query's checkpoint."""
+(a topic is not a path), a streaming query's checkpoint and name."""
 
 
 class OptionError(ValueError):

@@ -81,11 +81,14 @@ class TrafficConfig:
     per_second: float = 20.0
     """Events per simulated second: the event times span ``events / per_second`` seconds."""
     max_lateness: timedelta = timedelta(seconds=30)
-    """How much earlier than its place in the stream an event may be logged."""
+    """How much earlier than its place in the stream an event may be logged. Events are
+    then at most this (plus the second the log format truncates) behind the latest one:
+    keep it below the job's watermark delay, or Spark drops late events."""
     clients: int = 250
     incident: tuple[timedelta, timedelta] | None = (timedelta(minutes=5), timedelta(minutes=8))
-    """From/to (after ``start``): /api/checkout fails half of the time."""
+    """From/to (after ``start``): /api/checkout fails more, as in an outage."""
     incident_error_rate: float = 0.5
+    """The share of 5xx responses of /api/checkout during the incident."""
 
     def __post_init__(self) -> None:
         if self.events < 0 or self.per_second <= 0 or self.clients <= 0:
@@ -99,9 +102,10 @@ class TrafficConfig:
 def generate_events(config: TrafficConfig) -> Iterator[AccessEvent]:
     """``config.events`` access-log events, the same ones for the same config."""
     rng = random.Random(config.seed)
-    ips = [f"10.{rng.randrange(8)}.{rng.randrange(256)}.{rng.randrange(1, 255)}"]
-    while len(ips) < config.clients:
-        ips.append(f"10.{rng.randrange(8)}.{rng.randrange(256)}.{rng.randrange(1, 255)}")
+    ips = [
+        f"10.{rng.randrange(8)}.{rng.randrange(256)}.{rng.randrange(1, 255)}"
+        for _ in range(config.clients)
+    ]
     # a few clients make most requests, as on a real site
     ip_weights = [1.0 / (rank + 1) for rank in range(config.clients)]
     weights = [e.weight for e in ENDPOINTS]

@@ -39,6 +39,7 @@ def local_session(master: str = "local[*]", shuffle_partitions: int = 4) -> Spar
     """
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback, whatever the hostname
     session = (
         SparkSession.builder.master(master)
         .appName("mq-access-log-stats")

@@ -71,7 +71,9 @@ def test_bad_read_options_say_what_is_wrong(
 
 
 def test_write_options() -> None:
-    options = parse_write_options({"topic": "out", "compression": "zstd", "path": "ignored"})
+    options = parse_write_options(
+        {"topic": "out", "compression": "zstd", "path": "p", "queryName": "q"}
+    )
     assert (options.topic, options.compression, options.linger_ms) == ("out", "zstd", 5)
     assert parse_write_options({}).topic is None
     with pytest.raises(OptionError, match="one topic name"):
