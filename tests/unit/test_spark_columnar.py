@@ -6,7 +6,7 @@ import re
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mq.errors import CorruptRecordError
@@ -19,6 +19,7 @@ from mq.storage.batch import (
 )
 from mq.storage.compression import CODEC_NONE, CODEC_ZSTD
 from mq.storage.records import build_batch
+from spark_connector import columnar
 from spark_connector.columnar import _exact, to_arrow_columns
 
 NAME, PARTITION = "t", 3
@@ -66,9 +67,15 @@ def rows(batch: pa.RecordBatch | None) -> list[dict[str, object]]:
     return [] if batch is None else batch.to_pylist()
 
 
-@settings(max_examples=300, deadline=None)
-@given(chunks())
-def test_columns_equal_the_exact_parsers_rows(chunk: tuple[bytes, int, int]) -> None:
+@pytest.mark.parametrize("walk", ["side by side", "python"])
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(chunk=chunks())
+def test_columns_equal_the_exact_parsers_rows(
+    walk: str, chunk: tuple[bytes, int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(columnar, "_STEP_COST", 0.0 if walk == "side by side" else 1e9)
     data, start, end = chunk
     got = to_arrow_columns(data, NAME, PARTITION, start, end)
     expected = _exact(data, NAME, PARTITION, start, end)
@@ -99,11 +106,15 @@ def test_corruption_raises_the_exact_parsers_error(data: st.DataObject) -> None:
         to_arrow_columns(bytes(raw), NAME, PARTITION, 0, 100)
 
 
-@given(st.data())
-@settings(max_examples=300, deadline=None)
+@pytest.mark.parametrize("walk", ["side by side", "python"])
+@given(data=st.data())
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 def test_a_record_corrupt_under_a_good_crc_is_reported_as_the_parser_does(
-    data: st.DataObject,
+    walk: str, data: st.DataObject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(columnar, "_STEP_COST", 0.0 if walk == "side by side" else 1e9)
     rows_in = [(b"k" if i % 2 else None, b"value-%d" % i, [], 5 * i) for i in range(20)]
     raw = bytearray(build_batch(rows_in))
     at = data.draw(st.integers(61, len(raw) - 1))
