@@ -11,6 +11,7 @@ them to Arrow in the worker), ``arrow`` yields ready Arrow record batches
 
 from __future__ import annotations
 
+import gc
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,10 @@ def _rows(path: str, mode: str) -> dict[int, Any]:
             _LOADED[key] = {p: _batches(rows) for p, rows in by_partition.items()}
         else:
             _LOADED[key] = dict(by_partition)
+        # Spark reuses its Python workers: without this, every later read in this
+        # worker (the mq source's too) pays for the collector walking a million rows
+        gc.collect()
+        gc.freeze()
     return _LOADED[key]
 
 
