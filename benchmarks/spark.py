@@ -9,14 +9,16 @@ how close reading from the broker comes to the Python Data Source API's own
 limit on this machine.
 
 One broker, a topic of ``--partitions`` partitions holding N records of S
-bytes (default 1,000,000 x 100 B), produced before the clock starts; the rows
+bytes (default 1,000,000 x 100 B), produced before the clock starts in
+batches of ``--batch-bytes`` (the producer's default, 16 KiB); the rows
 for the in-memory source are read back from the topic (so they are the same
 rows) and pickled. Each source is read twice to warm up (JVM, Python workers,
 the in-memory cache), then ``--runs`` timed counts each, interleaved; medians
 are reported. Verified: the mq count and the sum of offsets and value lengths
 match what was produced. Usage::
 
-    python -m benchmarks.spark [--messages N] [--size BYTES] [--partitions P] [--runs N] [--json]
+    python -m benchmarks.spark [--messages N] [--size BYTES] [--partitions P]
+                               [--batch-bytes B] [--runs N] [--json]
 """
 
 from __future__ import annotations
@@ -43,10 +45,12 @@ ROOT = Path(__file__).resolve().parents[1]
 WARMUPS = 2
 
 
-def fill(bootstrap: str, topic: str, partitions: int, values: list[bytes]) -> None:
+def fill(
+    bootstrap: str, topic: str, partitions: int, values: list[bytes], batch_bytes: int = 16_384
+) -> None:
     with SyncAdmin(bootstrap) as admin:
         admin.create_topic(topic, partitions)
-    with SyncProducer(bootstrap, acks=1, linger_ms=5, batch_size=256 * 1024) as producer:
+    with SyncProducer(bootstrap, acks=1, linger_ms=5, batch_size=batch_bytes) as producer:
         for start in range(0, len(values), 50_000):
             producer.send_many(
                 {"topic": topic, "value": v, "partition": (start + i) % partitions}
@@ -106,19 +110,22 @@ def session() -> Any:
     return spark
 
 
-def measure(messages: int, size: int, partitions: int, runs: int) -> dict[str, Any]:
+def measure(
+    messages: int, size: int, partitions: int, runs: int, batch_bytes: int
+) -> dict[str, Any]:
     values = payloads(messages, size)
     with tempfile.TemporaryDirectory(prefix="mq-bench-") as tmp:
         broker = Broker(Path(tmp) / "data")
         try:
-            fill(broker.bootstrap, "w7", partitions, values)
+            fill(broker.bootstrap, "w7", partitions, values, batch_bytes)
             rows_path = Path(tmp) / "rows.pickle"
             rows_path.write_bytes(
                 pickle.dumps(rows_of(broker.bootstrap, "w7", partitions, messages))
             )
             spark = session()
             try:
-                return timed(spark, broker, str(rows_path), partitions, runs, values)
+                result = timed(spark, broker, str(rows_path), partitions, runs, values)
+                return {**result, "batch_bytes": batch_bytes}
             finally:
                 spark.stop()
         finally:
@@ -188,6 +195,7 @@ def report(
         "messages": messages,
         "bytes": messages * size,
         "partitions": partitions,
+        "producer_batch_bytes": result["batch_bytes"],
         "seconds": {name: [round(x, 3) for x in s] for name, s in seconds.items()},
         "rows_per_s": {name: round(r) for name, r in rate.items()},
         "mq_vs_memory_arrow_pct": round(rate["mq"] / rate["memory-arrow"] * 100, 1),
@@ -199,7 +207,10 @@ def report(
     if as_json:
         print(json.dumps(figure))
         return
-    print(f"W7: Spark reads {messages:,} x {size} B from {partitions} partitions, count()")
+    print(
+        f"W7: Spark reads {messages:,} x {size} B from {partitions} partitions "
+        f"(produced in batches of {result['batch_bytes']:,} B), count()"
+    )
     for name, r in figure["rows_per_s"].items():
         print(f"  {name:13} {r:>10,} rows/s  runs {figure['seconds'][name]}")
     print(
@@ -215,10 +226,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100, help="payload bytes per message")
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument(
+        "--batch-bytes",
+        type=int,
+        default=16_384,
+        help="the producer's batch size (its default: 16384); bigger batches decode slower",
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="one JSON object")
     args = parser.parse_args(argv)
-    result = measure(args.messages, args.size, args.partitions, args.runs)
+    result = measure(args.messages, args.size, args.partitions, args.runs, args.batch_bytes)
     report(result, args.messages, args.size, args.partitions, args.json)
     return 0 if not result["problem"] else 1
 

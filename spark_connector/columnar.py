@@ -194,7 +194,7 @@ def _record_starts(
     first = np.zeros(len(counts), np.int64)  # where each batch's records go in the output
     np.cumsum(np.asarray(counts, np.int64)[:-1], out=first[1:])
     first = first[order]
-    live = np.searchsorted(-count, -np.arange(longest), side="right")  # batches with > k records
+    live = np.searchsorted(-count, -np.arange(longest), side="left")  # batches with > k records
     out = np.empty(total, np.int64)
     for k in range(longest):
         m = live[k]

@@ -33,8 +33,9 @@ records = st.tuples(
 
 
 @st.composite
-def chunks(draw: st.DrawFn) -> tuple[bytes, int, int]:
-    """Whole batches back to back, as a fetch returns them, and a range to read."""
+def chunks(draw: st.DrawFn) -> tuple[bytes, int, int, bool]:
+    """Whole batches back to back, as a fetch returns them, a range to read, and
+    whether some record has headers (which only the exact parser decodes)."""
     data = bytearray()
     offset = draw(st.integers(0, 1000))
     first = offset
@@ -60,7 +61,7 @@ def chunks(draw: st.DrawFn) -> tuple[bytes, int, int]:
         offset += len(batch) + draw(st.integers(0, 3))  # compaction leaves gaps
     start = draw(st.integers(first - 2, offset))
     end = draw(st.integers(start, offset + 2))
-    return bytes(data), start, end
+    return bytes(data), start, end, with_headers
 
 
 def rows(batch: pa.RecordBatch | None) -> list[dict[str, object]]:
@@ -73,13 +74,22 @@ def rows(batch: pa.RecordBatch | None) -> list[dict[str, object]]:
 )
 @given(chunk=chunks())
 def test_columns_equal_the_exact_parsers_rows(
-    walk: str, chunk: tuple[bytes, int, int], monkeypatch: pytest.MonkeyPatch
+    walk: str, chunk: tuple[bytes, int, int, bool], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(columnar, "_STEP_COST", 0.0 if walk == "side by side" else 1e9)
-    data, start, end = chunk
+    exact_calls: list[int] = []
+
+    def exact(*args: object) -> object:
+        exact_calls.append(1)
+        return _exact(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(columnar, "_exact", exact)
+    data, start, end, with_headers = chunk
     got = to_arrow_columns(data, NAME, PARTITION, start, end)
     expected = _exact(data, NAME, PARTITION, start, end)
     assert rows(got) == rows(expected)
+    if not with_headers:
+        assert not exact_calls, "a chunk without headers left the fast path"
     if got is not None:
         assert got.schema == expected.schema  # type: ignore[union-attr]
         offsets = got.column("offset").to_pylist()
