@@ -121,9 +121,9 @@ def _sections(data: bytes, start: int) -> _Sections:
 
 
 def _decode(s: _Sections, topic: str, partition: int) -> pa.RecordBatch:
-    buf = b"".join(s.pieces)
-    arr = np.frombuffer(buf + _PAD, np.uint8)
-    starts = _record_starts(arr, buf, s.starts, s.counts)
+    padded = b"".join([*s.pieces, _PAD])  # one copy of the chunk, and the pad with it
+    arr = np.frombuffer(padded, np.uint8)
+    starts = _record_starts(arr, padded, s.starts, s.counts, s.size)
     length, body = _varints(arr, starts)
     if (length < MIN_RECORD_SIZE - 1).any():
         raise _Fallback
@@ -174,7 +174,7 @@ def _decode(s: _Sections, topic: str, partition: int) -> pa.RecordBatch:
 
 
 def _record_starts(
-    arr: np.ndarray, buf: bytes, sections: list[int], counts: list[int]
+    arr: np.ndarray, buf: bytes, sections: list[int], counts: list[int], end: int
 ) -> np.ndarray:
     """Where each record begins: the one sequential step, each length giving the next start.
 
@@ -187,7 +187,7 @@ def _record_starts(
     """
     total, longest = sum(counts), max(counts)
     if longest * _STEP_COST > total * _RECORD_COST:
-        return np.asarray(record_starts(buf, sections, counts), np.int64)
+        return np.asarray(record_starts(buf, sections, counts, end), np.int64)
     order = np.argsort(-np.asarray(counts, np.int64), kind="stable")
     count = np.asarray(counts, np.int64)[order]
     pos = np.asarray(sections, np.int64)[order]
@@ -202,7 +202,7 @@ def _record_starts(
         out[first[:m] + k] = here
         length, body = _varints(arr, here)
         pos[:m] = body + length
-    ends = np.asarray([*sections[1:], len(buf)], np.int64)[order]
+    ends = np.asarray([*sections[1:], end], np.int64)[order]
     if not np.array_equal(pos, ends):
         raise _Fallback
     return out

@@ -551,22 +551,24 @@ def _parse_records(
     return records, pos
 
 
-def record_starts(data: bytes, starts: Sequence[int], counts: Sequence[int]) -> list[int]:
+def record_starts(
+    data: bytes, starts: Sequence[int], counts: Sequence[int], end: int | None = None
+) -> list[int]:
     """Where each record begins (its length varint) in ``data``, for record sections at
     ``starts`` holding ``counts`` records: the one sequential step of a columnar
     decoder (each record's length says where the next begins).
 
     Lengths are not checked here (the caller decodes them again, all at once,
     and compares each record's end with the next one's start); a section that
-    does not end exactly where the next starts (or ``data`` ends) raises
+    does not end exactly where the next starts (or ``end``, default ``data``'s end) raises
     :class:`CorruptRecordError`, a position past the end IndexError.
     """
     out: list[int] = []
     add = out.append
     read = _read_varint
     zigzag, zigzag2 = _ZIGZAG, _ZIGZAG2
-    ends = [*starts[1:], len(data)]
-    for pos, count, end in zip(starts, counts, ends, strict=True):
+    ends = [*starts[1:], len(data) if end is None else end]
+    for pos, count, stop in zip(starts, counts, ends, strict=True):
         for _ in range(count):
             add(pos)
             if (b := data[pos]) < 0x80:
@@ -576,8 +578,8 @@ def record_starts(data: bytes, starts: Sequence[int], counts: Sequence[int]) -> 
             else:
                 length, pos = read(data, pos, 5)
                 pos += length
-        if pos != end:
-            raise CorruptRecordError(f"records end {pos - end:+d} bytes off their section")
+        if pos != stop:
+            raise CorruptRecordError(f"records end {pos - stop:+d} bytes off their section")
     return out
 
 
