@@ -141,11 +141,7 @@ def as_records(stats: DataFrame) -> DataFrame:
 
 
 def start(spark: SparkSession, config: JobConfig) -> dict[str, StreamingQuery]:
-    """Start the two queries; by sink (``topic NAME``, ``parquet DIR``). The caller waits.
-
-    The mq query has no ``queryName``: Spark passes a query's name to its sink
-    as the option ``queryName``, which the mq writer rejects as unknown.
-    """
+    """Start the two queries; by sink (``topic NAME``, ``parquet DIR``). The caller waits."""
     reader = (
         spark.readStream.format("mq")
         .option("bootstrap", config.bootstrap)
@@ -158,6 +154,7 @@ def start(spark: SparkSession, config: JobConfig) -> dict[str, StreamingQuery]:
     writers = {
         f"topic {config.output_topic}": as_records(stats)
         .writeStream.format("mq")
+        .queryName("access-stats-to-mq")
         .option("bootstrap", config.bootstrap)
         .option("topic", config.output_topic)
         .option("checkpointLocation", str(config.checkpoint / "mq")),
