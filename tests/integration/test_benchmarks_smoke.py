@@ -71,3 +71,12 @@ def test_w5_replication_runs_and_verifies() -> None:
     assert ratio["workload"] == "W5 ratio"
     assert ratio["median"] > 0
     assert ratio["broker_log_problems"] == []
+
+
+def test_the_suite_runs_a_workload_and_reports_it_in_its_columns() -> None:
+    rows = run_benchmark("benchmarks", "--only", "W1", "--quick")
+    assert [r["workload"] for r in rows] == ["W1 produce", "W3 consume"]
+    for row in rows:
+        assert row["verified"] is True, row
+        assert row["msg_per_s"] > 0
+        assert row["broker_cpu_us_per_msg"] is not None
