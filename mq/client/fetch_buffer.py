@@ -20,15 +20,12 @@ from typing import NamedTuple
 
 from mq.client.types import ConsumerRecord, TopicPartition
 from mq.errors import MQError
-from mq.storage.batch import CONTROL_BIT, LOG_OVERHEAD, RECORDS_AT, TIMESTAMP_TYPE_BIT
-from mq.storage.records import Record, decode_records
+from mq.storage.batch import CONTROL_BIT, LOG_OVERHEAD, RECORDS_AT
+from mq.storage.records import decode_records
 
 _HEAD = struct.Struct(">qi")  # baseOffset, batchLength
 _ATTRS_AT = 21
 _LAST_DELTA_AT = 23
-_NEW = tuple.__new__
-_CREATE = (0,)
-_LOG_APPEND = (1,)
 
 
 class RawRecords(NamedTuple):
@@ -45,7 +42,7 @@ class RawRecords(NamedTuple):
 class _Chunk:
     """The raw batches of one fetch for one partition, and the batch being handed out."""
 
-    __slots__ = ("batch_at", "index", "next_offset", "pos", "raw", "records", "timestamp_type")
+    __slots__ = ("batch_at", "index", "next_offset", "pos", "raw", "records")
 
     def __init__(self, raw: bytes, next_offset: int) -> None:
         self.raw = raw
@@ -55,11 +52,9 @@ class _Chunk:
         """Where the next undecoded batch starts in ``raw``."""
         self.batch_at = 0
         """Where the batch being handed out (``records``) starts in ``raw``."""
-        self.records: list[Record] = []
+        self.records: list[ConsumerRecord] = []
         self.index = 0
         """The next record of ``records`` (the decoded batch) to hand out."""
-        self.timestamp_type: tuple[int] = (0,)
-        """The decoded batch's timestamp type, as the tail of its ConsumerRecords."""
 
 
 class PartitionState:
@@ -116,22 +111,20 @@ class PartitionState:
         Raises CorruptRecordError for a batch that fails its CRC or structure.
         """
         out: list[ConsumerRecord] = []
-        head = (tp.topic, tp.partition)
         chunks = self.chunks
         while chunks and budget > 0:
             chunk = chunks[0]
             records, index = chunk.records, chunk.index
             if index >= len(records):
-                if not self._decode_next(chunk):
+                if not self._decode_next(chunk, tp):
                     chunks.popleft()
                     self.buffered -= len(chunk.raw)
                 continue
             taken = records[index : index + budget]
             chunk.index = index = index + len(taken)
             budget -= len(taken)
-            tail = chunk.timestamp_type
-            out += [_NEW(ConsumerRecord, head + r + tail) for r in taken]
-            self.position = taken[-1][0] + 1
+            out += taken
+            self.position = taken[-1].offset + 1
             if index >= len(records) and chunk.pos >= len(chunk.raw):
                 chunks.popleft()  # all handed out: make room for the next fetch now
                 self.buffered -= len(chunk.raw)
@@ -154,7 +147,7 @@ class PartitionState:
         self.position = max(position, chunk.next_offset)
         return RawRecords(chunk.raw[start:] if start else chunk.raw, position, chunk.next_offset)
 
-    def _decode_next(self, chunk: _Chunk) -> bool:
+    def _decode_next(self, chunk: _Chunk, tp: TopicPartition) -> bool:
         """Decode the chunk's next batch into ``chunk.records``; False when none is left.
 
         Batches wholly below the position and control batches are skipped
@@ -169,19 +162,19 @@ class PartitionState:
             batch = raw[pos : pos + size]
             pos += size
             last = base + struct.unpack_from(">i", batch, _LAST_DELTA_AT)[0]
-            attributes = struct.unpack_from(">h", batch, _ATTRS_AT)[0]
-            control = attributes & CONTROL_BIT
+            control = struct.unpack_from(">h", batch, _ATTRS_AT)[0] & CONTROL_BIT
             if last < position or control:
                 if control and last >= position:
                     self.position = position = last + 1
                 continue
-            records = decode_records(batch)
+            records: list[ConsumerRecord] = decode_records(
+                batch, shape=(ConsumerRecord, tp.topic, tp.partition)
+            )  # type: ignore[assignment]
             index = 0
-            if records and records[0][0] < position:
-                while index < len(records) and records[index][0] < position:
+            if records and records[0].offset < position:
+                while index < len(records) and records[index].offset < position:
                     index += 1
             chunk.pos, chunk.records, chunk.index = pos, records, index
-            chunk.timestamp_type = _LOG_APPEND if attributes & TIMESTAMP_TYPE_BIT else _CREATE
             if index < len(records):
                 return True
         chunk.pos, chunk.records, chunk.index = pos, [], 0

@@ -28,7 +28,7 @@ pure; a builder is owned by one task at a time.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final, NamedTuple, TypeAlias
+from typing import Any, Final, NamedTuple, TypeAlias
 
 from mq.errors import CorruptRecordError
 from mq.storage import batch as fmt
@@ -402,7 +402,10 @@ def rebuild_batch(
 
 
 def decode_records(
-    batch: Buffer, *, max_decompressed: int = DEFAULT_MAX_DECOMPRESSED
+    batch: Buffer,
+    *,
+    max_decompressed: int = DEFAULT_MAX_DECOMPRESSED,
+    shape: tuple[type[tuple[Any, ...]], str, int] | None = None,
 ) -> list[Record]:
     """Decode the records of exactly one batch (``batch`` holds it and nothing else).
 
@@ -414,6 +417,11 @@ def decode_records(
     lastOffsetDelta, fewer or more records than recordsCount, or bytes left
     over. A record's timestamp is the batch's maxTimestamp when the batch says
     log-append time, as in Kafka.
+
+    ``shape`` (a tuple type, a topic and a partition) makes each record that
+    type's ``(topic, partition, offset, timestamp, key, value, headers,
+    timestamp_type)`` instead of a :class:`Record`: a consumer's records come
+    out of the parser whole, with no second object per record.
     """
     header = fmt.check_batch(batch, 0, len(batch))
     if header.size != len(batch):
@@ -432,7 +440,7 @@ def decode_records(
     if count > (len(data) - pos) // MIN_RECORD_SIZE:
         raise CorruptRecordError(f"{len(data) - pos} bytes cannot hold {count} records")
     try:
-        records, pos = _parse_records(data, pos, count, header)
+        records, pos = _parse_records(data, pos, count, header, shape)
     except IndexError:
         raise CorruptRecordError("a record runs past the end of the batch") from None
     except UnicodeDecodeError as exc:
@@ -443,8 +451,12 @@ def decode_records(
 
 
 def _parse_records(
-    data: bytes, pos: int, count: int, header: fmt.BatchHeader
-) -> tuple[list[Record], int]:
+    data: bytes,
+    pos: int,
+    count: int,
+    header: fmt.BatchHeader,
+    shape: tuple[type[tuple[Any, ...]], str, int] | None = None,
+) -> tuple[list[Any], int]:
     """Parse ``count`` records from ``data[pos:]``: the hot loop of every consumer.
 
     Each varint takes an inline path when it is one byte (``_ZIGZAG``) or two
@@ -458,10 +470,12 @@ def _parse_records(
     read = _read_varint
     zigzag = _ZIGZAG
     zigzag2 = _ZIGZAG2
-    new_record = tuple.__new__  # Record(...) through its Python-level __new__ is 2x slower
+    new_record: Any = tuple.__new__  # Record(...) through its Python __new__ is 2x slower
     base_offset = header.base_offset
     base_timestamp = header.base_timestamp
     append_time = header.max_timestamp if header.attributes & fmt.TIMESTAMP_TYPE_BIT else None
+    timestamp_type = 0 if append_time is None else 1
+    kind, topic, partition = shape if shape is not None else (Record, "", 0)
     last_delta = header.last_offset_delta
     previous_delta = -1
     end = len(data)
@@ -547,7 +561,12 @@ def _parse_records(
         if pos != record_end:
             raise CorruptRecordError(f"record fields end {pos - record_end:+d} bytes off")
         timestamp = base_timestamp + ts_delta if append_time is None else append_time
-        add(new_record(Record, (base_offset + offset_delta, timestamp, key, value, headers)))
+        offset = base_offset + offset_delta
+        if shape is None:
+            add(new_record(Record, (offset, timestamp, key, value, headers)))
+        else:
+            fields = (topic, partition, offset, timestamp, key, value, headers, timestamp_type)
+            add(new_record(kind, fields))
     return records, pos
 
 
