@@ -80,3 +80,13 @@ def test_the_suite_runs_a_workload_and_reports_it_in_its_columns() -> None:
         assert row["verified"] is True, row
         assert row["msg_per_s"] > 0
         assert row["broker_cpu_us_per_msg"] is not None
+
+
+def test_memory_idle_and_loop_run_and_verify() -> None:
+    [idle] = run_benchmark("benchmarks.memory", "idle", "--partitions", "20", "--settle", "0.2")
+    assert idle["verified"] is True
+    assert idle["partitions"] == 20
+    assert idle["anonymous_mb"] > 0
+    [loop] = run_benchmark("benchmarks.memory", "loop", "--minutes", "0.05", "--messages", "2000")
+    assert loop["verified"] is True
+    assert loop["rounds"] == len(loop["samples_mb"]) >= 1
