@@ -31,7 +31,7 @@ from mq.broker.server import HANDLERS
 from mq.errors import MQError, ProtocolError
 from mq.storage import batch as fmt
 from mq.storage.records import Header
-from mq.wire import apis_core, apis_data
+from mq.wire import apis_core, apis_data, apis_queues
 from mq.wire.frames import FrameDecoder
 from mq.wire.messages import (
     Request,
@@ -448,8 +448,9 @@ def refuse_to_send(request: Request[Any], *, checked: bool) -> None:
     writes_known = request.api is apis_data.PRODUCE and KNOWN_TOPIC in topics_named(request)
     if writes_known and (not checked or body["acks"] == 0):
         raise Rejected("it would write to the known topic unchecked")
-    if request.api is apis_data.FETCH and body["max_wait_ms"] > MAX_FETCH_WAIT_MS:
-        raise Rejected("a long poll")
+    long_polls = (apis_data.FETCH, apis_queues.QUEUE_RECEIVE)
+    if request.api in long_polls and body["max_wait_ms"] > MAX_FETCH_WAIT_MS:
+        raise Rejected("a long poll")  # a queue_receive may wait 20 s: the answer timeout
     creates = request.api is apis_core.CREATE_TOPICS and not body["validate_only"]
     if creates and sum(max(1, t["partitions"]) for t in body["topics"]) > MAX_NEW_PARTITIONS:
         raise Rejected("too many new partitions")

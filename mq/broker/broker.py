@@ -65,6 +65,9 @@ if TYPE_CHECKING:
     from mq.broker.coordinator import GroupCoordinator
     from mq.broker.queues import ShareManager
 
+INTERNAL_MIN_INSYNC = 2
+"""min.insync.replicas of internal topics with 2 replicas or more (see min_insync_replicas)."""
+
 log = logging.getLogger(__name__)
 
 CLUSTER_ID_KEY = "/cluster_id"
@@ -334,10 +337,21 @@ class Broker:
     def live_brokers(self) -> dict[int, BrokerInfo]:
         return self.view.brokers
 
-    def min_insync_replicas(self, topic: TopicRecord) -> int:
+    def min_insync_replicas(self, topic: TopicRecord, replicas: int | None = None) -> int:
+        """The topic's ``min.insync.replicas``: its config, else the broker's default.
+
+        Internal topics (committed offsets, share state) default to 2 when they
+        have 2 replicas or more: with 1, an ``acks=all`` save is done once the
+        leader alone has it whenever the ISR has shrunk to the leader (a busy
+        follower), and killing that leader loses an acknowledged ack.
+        """
         _, replication = split_topic_configs(topic.configs)
         value = replication.get("min.insync.replicas")
-        return int(value) if value is not None else self.config.min_insync_replicas
+        if value is not None:
+            return int(value)
+        if topic.internal and replicas is not None:
+            return max(self.config.min_insync_replicas, min(INTERNAL_MIN_INSYNC, replicas))
+        return self.config.min_insync_replicas
 
     # -- topic changes ------------------------------------------------------------
 

@@ -98,7 +98,7 @@ class ReplicaManager:
             partition = self._open(topic, key[1])
             if partition is None:
                 return
-        partition.min_insync_replicas = broker.min_insync_replicas(topic)
+        partition.min_insync_replicas = broker.min_insync_replicas(topic, len(state.replicas))
         if partition.apply_state(state, view.partition_revisions.get(key, 0)):
             self._route(partition)
 
@@ -169,7 +169,8 @@ class ReplicaManager:
             return
         for key, partition in self._broker.partitions.items():
             if key[0] == topic.name:
-                partition.min_insync_replicas = self._broker.min_insync_replicas(topic)
+                replicas = len(partition.state.replicas) if partition.state else None
+                partition.min_insync_replicas = self._broker.min_insync_replicas(topic, replicas)
                 partition.writer_call_nowait(lambda log_: log_.reconfigure(config))
 
     def _drop(self, key: Key) -> None:
