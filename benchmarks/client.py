@@ -39,6 +39,9 @@ import uvloop
 from benchmarks.common import Broker, cpu_pressure_seconds
 from mq import Admin, Consumer, Producer, RecordFuture, TopicPartition
 
+MANY = 10_000
+"""Values per ``send_many`` call in W1's second form."""
+
 
 @dataclass
 class Run:
@@ -105,6 +108,21 @@ async def produce(bootstrap: str, topic: str, values: list[bytes]) -> tuple[floa
     return seconds, cpu, offsets == list(range(len(values)))
 
 
+async def produce_many(
+    bootstrap: str, topic: str, values: list[bytes]
+) -> tuple[float, float, bool]:
+    """W1 with ``send_many``: the values handed over in slices of :data:`MANY`."""
+    async with Producer(bootstrap, acks=1) as producer:
+        sent = []
+        cpu, start = time.process_time(), time.perf_counter()
+        for at in range(0, len(values), MANY):
+            sent.append(await producer.send_many(topic, values[at : at + MANY]))
+        await producer.flush()
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+        offsets = [m.offset for records in sent for m in await records]
+    return seconds, cpu, offsets == list(range(len(values)))
+
+
 async def consume(bootstrap: str, topic: str, values: list[bytes]) -> tuple[float, float, bool]:
     tp = TopicPartition(topic, 0)
     async with Consumer(bootstrap=bootstrap, auto_offset_reset="earliest") as consumer:
@@ -122,13 +140,20 @@ async def consume(bootstrap: str, topic: str, values: list[bytes]) -> tuple[floa
     return seconds, cpu, ok and expected == total
 
 
-async def one_run(broker: Broker, run: int, values: list[bytes], w1: Figure, w3: Figure) -> None:
+async def one_run(
+    broker: Broker, run: int, values: list[bytes], w1: Figure, w1_many: Figure, w3: Figure
+) -> None:
     topic = f"bench-{run}"
     async with Admin(broker.bootstrap) as admin:
         await admin.create_topic(topic, partitions=1)
-    for figure, workload in ((w1, produce), (w3, consume)):
+        await admin.create_topic(f"{topic}-many", partitions=1)
+    for figure, workload, into in (
+        (w1, produce, topic),
+        (w1_many, produce_many, f"{topic}-many"),
+        (w3, consume, topic),
+    ):
         before, waited = broker.cpu_seconds(), cpu_pressure_seconds()
-        seconds, cpu, verified = await workload(broker.bootstrap, topic, values)
+        seconds, cpu, verified = await workload(broker.bootstrap, into, values)
         broker_cpu, waited = broker.cpu_seconds() - before, cpu_pressure_seconds() - waited
         figure.runs.append(Run(seconds, cpu, broker_cpu, waited, verified))
 
@@ -136,15 +161,16 @@ async def one_run(broker: Broker, run: int, values: list[bytes], w1: Figure, w3:
 def measure(messages: int, size: int, runs: int) -> list[Figure]:
     values = payloads(messages, size)
     w1 = Figure("W1 produce", messages, size)
+    w1_many = Figure("W1 produce send_many", messages, size)
     w3 = Figure("W3 consume", messages, size)
     with tempfile.TemporaryDirectory(prefix="mq-bench-") as data_dir:
         broker = Broker(Path(data_dir))
         try:
             for run in range(runs):
-                uvloop.run(one_run(broker, run, values, w1, w3))
+                uvloop.run(one_run(broker, run, values, w1, w1_many, w3))
         finally:
             broker.stop()
-    return [w1, w3]
+    return [w1, w1_many, w3]
 
 
 def report(figures: list[Figure], as_json: bool, out: Callable[[str], None]) -> None:
@@ -172,12 +198,12 @@ def report(figures: list[Figure], as_json: bool, out: Callable[[str], None]) -> 
         return
     out(f"mq, flush=interval, acks=1, loopback; median of {len(figures[0].runs)} runs")
     head = ("workload", "messages", "size", "seconds", "msg/s", "MB/s", "client µs", "broker µs")
-    columns = "{:<11} {:>9} {:>5} {:>8} {:>9} {:>7} {:>10} {:>10} {:>8}  verified"
+    columns = "{:<20} {:>9} {:>5} {:>8} {:>9} {:>7} {:>10} {:>10} {:>8}  verified"
     out(columns.format(*head, "cpu wait"))
     for f in figures:
         verified = "yes" if all(r.verified for r in f.runs) else "NO"
         out(
-            f"{f.workload:<11} {f.messages:>9,} {f.size:>5} {f.seconds:>8.2f} "
+            f"{f.workload:<20} {f.messages:>9,} {f.size:>5} {f.seconds:>8.2f} "
             f"{f.msg_per_s:>9,.0f} {f.mb_per_s:>7.1f} {f.client_us:>10.2f} "
             f"{f.broker_us:>10.2f} {f.cpu_wait_pct:>7.0f}%  {verified}"
         )

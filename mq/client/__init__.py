@@ -19,7 +19,7 @@ Split by role, as aiokafka is (STYLE habit 11):
 
 from mq.client.admin import Admin
 from mq.client.consumer import Consumer
-from mq.client.futures import RecordFuture
+from mq.client.futures import RecordFuture, SentRecords
 from mq.client.listener import ConsumerRebalanceListener
 from mq.client.producer import Producer
 from mq.client.queue import QueueClient
@@ -45,6 +45,7 @@ __all__ = [
     "Receipt",
     "RecordFuture",
     "RecordMetadata",
+    "SentRecords",
     "SyncAdmin",
     "SyncConsumer",
     "SyncProducer",

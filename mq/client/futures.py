@@ -117,3 +117,54 @@ class RecordFuture:
 
     def get_loop(self) -> asyncio.AbstractEventLoop:
         return self._real().get_loop()
+
+
+class SentRecords:
+    """The outcome of one ``send_many()``: await it for every record's metadata, in order.
+
+    Holds one ``(batch, first index, count)`` span per batch the values went
+    into; nothing exists per record until the metadata is asked for.
+    """
+
+    __slots__ = ("_spans", "_timestamp")
+
+    def __init__(self, spans: list[tuple[ProducerBatch, int, int]], timestamp: int) -> None:
+        self._spans = spans
+        self._timestamp = timestamp
+
+    def __len__(self) -> int:
+        return sum(count for _, _, count in self._spans)
+
+    def __repr__(self) -> str:
+        return f"<SentRecords {len(self)} records in {len(self._spans)} batches>"
+
+    def __await__(self) -> Generator[Any, None, list[RecordMetadata]]:
+        pending = {id(batch): batch for batch, _, _ in self._spans if not batch.done}
+        if pending:
+            loop = asyncio.get_running_loop()
+            waits = []
+            for batch in pending.values():
+                future: asyncio.Future[None] = loop.create_future()
+                batch.add_callback(partial(_set_done, future))
+                waits.append(future)
+            yield from asyncio.gather(*waits).__await__()
+        return self.result()
+
+    def done(self) -> bool:
+        return all(batch.done for batch, _, _ in self._spans)
+
+    def result(self) -> list[RecordMetadata]:
+        """Every record's metadata (raises the first failed batch's error)."""
+        out: list[RecordMetadata] = []
+        for batch, first, count in self._spans:
+            if not batch.done:
+                raise asyncio.InvalidStateError("the records are not acknowledged yet")
+            if batch.error is not None:
+                raise _error_of(batch)
+            out += [_metadata_of(batch, i, self._timestamp) for i in range(first, first + count)]
+        return out
+
+
+def _set_done(future: asyncio.Future[None], _: ProducerBatch) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -86,6 +86,15 @@ class ProducerBatch:
             return index
         return -1
 
+    def try_append_values(self, values: Sequence[bytes | None], start: int, timestamp: int) -> int:
+        """Encode keyless records for ``values[start:]``, as many as fit; how many did."""
+        builder = self.builder
+        if builder is None:
+            return 0
+        added = builder.append_values(values, start, timestamp, max_batch_bytes=self.max_bytes)
+        self.count += added
+        return added
+
     def close(self) -> bytes:
         """Build the batch (compress, header, CRC): from now on its bytes never change."""
         builder = self.builder

@@ -32,6 +32,7 @@ from typing import Any, Final, NamedTuple, TypeAlias
 
 from mq.errors import CorruptRecordError
 from mq.storage import batch as fmt
+from mq.storage.bulk import encode_values
 from mq.storage.compression import CODEC_NONE, CODEC_ZSTD, codec_name, compress, decompress
 
 Buffer: TypeAlias = fmt.Buffer
@@ -285,6 +286,38 @@ class BatchBuilder:
         if timestamp_ms > self._max_timestamp:
             self._max_timestamp = timestamp_ms
         return True
+
+    def append_values(
+        self,
+        values: Sequence[bytes | None],
+        start: int,
+        timestamp_ms: int,
+        *,
+        max_batch_bytes: int,
+    ) -> int:
+        """Encode ``values[start:]`` as keyless, headerless records of one timestamp.
+
+        As many as fit under ``max_batch_bytes`` (the first always, if the
+        batch is empty), in one pass (:func:`mq.storage.bulk.encode_values`);
+        returns how many were added.
+        """
+        if self._built is not None:
+            raise RuntimeError("the batch is already built")
+        count = self._count
+        if count == 0:
+            if not _INT64_MIN <= timestamp_ms <= _INT64_MAX:
+                raise ValueError(f"timestamp {timestamp_ms} does not fit an int64")
+            self._base_timestamp = self._max_timestamp = timestamp_ms
+        ts_delta = timestamp_ms - self._base_timestamp
+        if not _INT64_MIN <= ts_delta <= _INT64_MAX:
+            raise ValueError(f"timestamp {timestamp_ms} is too far from the batch's first")
+        buf = self._buf
+        data, added = encode_values(values, start, count, ts_delta, max_batch_bytes - len(buf))
+        buf += data
+        self._count = count + added
+        if added and timestamp_ms > self._max_timestamp:
+            self._max_timestamp = timestamp_ms
+        return added
 
     def build(self) -> bytes:
         """Compress the records if the codec says so, write the header and the CRC.
