@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[spark,test,dev]'
+	$(BIN)/pip install --quiet -e '.[spark,test,dev,bench]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -27,7 +27,8 @@ test: lint
 	$(BIN)/pytest
 
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.storage
+	$(BIN)/python -m benchmarks --peers --chart benchmarks/results/comparison.png \
+		--markdown benchmarks/results/comparison.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -12,6 +12,11 @@ W8 (broker CPU per message) is the ``broker µs`` column of W1 and W3.
 
 Each module's ``--runs`` is the suite's ``--repeat``: the figures are the
 medians of that many runs, as each module reports them.
+
+``--peers`` adds Redis Streams, NATS JetStream and RabbitMQ on W1-W4
+(:mod:`benchmarks.peers`, again one subprocess), in the same table; a peer
+whose server is not installed is listed as skipped, with how to install it.
+``--chart PATH`` draws the comparison as a PNG (:mod:`benchmarks.charts`).
 """
 
 from __future__ import annotations
@@ -124,20 +129,26 @@ def normalize(figure: dict[str, Any], label: str | None = None) -> dict[str, Any
     return row
 
 
-def run_workload(workload: Workload, repeat: int | None, quick: bool) -> list[dict[str, Any]]:
-    """The workload's figures (normalized); a failed module gives one row saying so."""
-    args = list(workload.quick if quick else workload.args)
-    if repeat is not None and not quick:
-        args += ["--runs", str(repeat)]
+def _run_module(
+    module: str, args: Sequence[str]
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     done = subprocess.run(
-        [sys.executable, "-m", workload.module, *args, "--json"],
+        [sys.executable, "-m", module, *args, "--json"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=3600,
         check=False,
     )
-    figures = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return done, [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def run_workload(workload: Workload, repeat: int | None, quick: bool) -> list[dict[str, Any]]:
+    """The workload's figures (normalized); a failed module gives one row saying so."""
+    args = list(workload.quick if quick else workload.args)
+    if repeat is not None and not quick:
+        args += ["--runs", str(repeat)]
+    done, figures = _run_module(workload.module, args)
     rows = [normalize(f, workload.label) for f in figures if workload.keep(f)]
     if done.returncode != 0 or not rows:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
@@ -153,14 +164,45 @@ def run_workload(workload: Workload, repeat: int | None, quick: bool) -> list[di
     return rows
 
 
+def run_peers(peers: str, repeat: int | None, quick: bool) -> list[dict[str, Any]]:
+    """The peers' rows (:mod:`benchmarks.peers`), skipped ones included; a failure says so."""
+    args = ["--peers", peers]
+    if quick:
+        args.append("--quick")
+    elif repeat is not None:
+        args += ["--runs", str(repeat)]
+    done, rows = _run_module("benchmarks.peers", args)
+    rows = [r if "skipped" in r else {c: r.get(c) for c in COLUMNS} for r in rows]
+    if done.returncode != 0 and not any(r.get("verified") is False for r in rows):
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        rows.append(
+            {
+                "workload": "peers",
+                "system": peers,
+                "verified": False,
+                "skipped": f"FAILED (exit {done.returncode}): {' | '.join(tail)}",
+            }
+        )
+    return rows
+
+
+def skipped(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per system that did not run, with why."""
+    return [f"{r['system']}: skipped, {r['skipped']}" for r in rows if "skipped" in r]
+
+
 def table(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """The rows as a fixed-width text table."""
-    head = ("workload", "durability", "msg/s", "MB/s", "p50 ms", "p99 ms", "broker µs", "ok")
-    lines = ["{:<20} {:<34} {:>10} {:>8} {:>7} {:>7} {:>9} {:>3}".format(*head)]
+    """The rows as a fixed-width text table (skipped systems as lines below it)."""
+    head = ("workload", "system", "durability", "msg/s", "MB/s", "p50 ms", "p99 ms")
+    form = "{:<20} {:<22} {:<34} {:>10} {:>8} {:>7} {:>7} {:>9} {:>3}"
+    lines = [form.format(*head, "broker µs", "ok")]
     for r in rows:
+        if "skipped" in r:
+            continue
         lines.append(
-            "{:<20} {:<34} {:>10} {:>8} {:>7} {:>7} {:>9} {:>3}".format(
+            form.format(
                 r["workload"],
+                str(r["system"] or "mq")[:22],
                 str(r["durability"] or "")[:34],
                 _number(r["msg_per_s"], ","),
                 _number(r["mb_per_s"], ".1f"),
@@ -170,7 +212,7 @@ def table(rows: Sequence[dict[str, Any]]) -> list[str]:
                 "yes" if r["verified"] else "NO",
             )
         )
-    return lines
+    return lines + skipped(rows)
 
 
 def markdown(rows: Sequence[dict[str, Any]], repeat: int | None) -> str:
@@ -180,17 +222,22 @@ def markdown(rows: Sequence[dict[str, Any]], repeat: int | None) -> str:
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {_versions()}; "
         f"medians of {repeat or 'the default number of'} runs per workload.",
         "",
-        "| workload | durability | msg/s | MB/s | p50 ms | p99 ms | broker µs/msg | verified |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
+        "| workload | system | durability | msg/s | MB/s | p50 ms | p99 ms | broker µs/msg "
+        "| verified |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
+        if "skipped" in r:
+            continue
         out.append(
-            f"| {r['workload']} | {r['durability'] or ''} | {_number(r['msg_per_s'], ',')} | "
+            f"| {r['workload']} | {r['system'] or 'mq'} | {r['durability'] or ''} | "
+            f"{_number(r['msg_per_s'], ',')} | "
             f"{_number(r['mb_per_s'], '.1f')} | {_number(r['p50_ms'], '.2f')} | "
             f"{_number(r['p99_ms'], '.2f')} | {_number(r['broker_cpu_us_per_msg'], '.2f')} | "
             f"{'yes' if r['verified'] else 'NO'} |"
         )
-    return "\n".join(out) + "\n"
+    notes = skipped(rows)
+    return "\n".join(out + (["", *notes] if notes else [])) + "\n"
 
 
 def _number(value: Any, spec: str) -> str:
@@ -218,6 +265,13 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks that all run")
     parser.add_argument("--json", action="store_true", help="one JSON object per figure")
     parser.add_argument("--markdown", type=Path, help="also write a markdown table here")
+    parser.add_argument(
+        "--peers",
+        nargs="?",
+        const="redis,nats,rabbitmq",
+        help="also run W1-W4 on these peers (default with no value: redis,nats,rabbitmq)",
+    )
+    parser.add_argument("--chart", type=Path, help="also draw the comparison as a PNG here")
     args = parser.parse_args(list(argv) if argv is not None else None)
     wanted = {w.strip().upper() for w in args.only.split(",")} if args.only else None
     unknown = (wanted or set()) - {w.name for w in WORKLOADS} - {"W3", "W8"}
@@ -233,8 +287,18 @@ def main(argv: Iterable[str] | None = None) -> int:
             for row in got:
                 if args.json:
                     print(json.dumps(row), flush=True)
+    if args.peers:
+        got = run_peers(args.peers, args.repeat, args.quick)
+        rows += got
+        if args.json:
+            for row in got:
+                print(json.dumps(row), flush=True)
     if not args.json:
         print("\n".join(table(rows)))
+    if args.chart is not None:
+        from benchmarks.charts import comparison_chart
+
+        comparison_chart([r for r in rows if "skipped" not in r], args.chart)
     if args.markdown is not None:
         args.markdown.write_text(markdown(rows, args.repeat))
-    return 0 if all(r["verified"] for r in rows) else 1
+    return 0 if all(r["verified"] is not False for r in rows) else 1
