@@ -69,13 +69,19 @@ def _named(*names: str) -> Callable[[dict[str, Any]], bool]:
 
 
 WORKLOADS: Final = (
-    Workload("W1", "benchmarks.client", (), ("--quick",), _named("W1 produce", "W3 consume")),
+    Workload(
+        "W1",
+        "benchmarks.client",
+        (),
+        ("--quick",),
+        _named("W1 produce", "W1 produce send_many", "W3 consume"),
+    ),
     Workload(
         "W2",
         "benchmarks.client",
         ("--size", "1024"),
         ("--size", "1024", "--quick"),
-        _named("W1 produce"),
+        _named("W1 produce", "W1 produce send_many"),
         "W2 produce 1 KiB",
     ),
     Workload(
@@ -105,8 +111,9 @@ def normalize(figure: dict[str, Any], label: str | None = None) -> dict[str, Any
     of which mq's is the msg/s here.
     """
     row: dict[str, Any] = {column: figure.get(column) for column in COLUMNS}
-    if label is not None:
-        row["workload"] = label
+    if label is not None:  # "W1 produce send_many" run with 1 KiB: "W2 produce 1 KiB send_many"
+        suffix = str(row["workload"] or "").removeprefix("W1 produce")
+        row["workload"] = label + suffix
     row["system"] = row["system"] or "mq"
     if row["msg_per_s"] is None and figure.get("send_rate") is not None:
         row["msg_per_s"] = round(figure["send_rate"])

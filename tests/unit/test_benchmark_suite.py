@@ -50,6 +50,8 @@ def test_w4_latency_and_w7_rows_and_w5_ratio_land_in_the_common_columns() -> Non
     assert (w5["workload"], w5["p50_ms"]) == ("W5 produce RF=3 acks=all", 0.9)
     w2 = normalize({"workload": "W1 produce", "msg_per_s": 1}, "W2 produce 1 KiB")
     assert w2["workload"] == "W2 produce 1 KiB"
+    many = normalize({"workload": "W1 produce send_many"}, "W2 produce 1 KiB")
+    assert many["workload"] == "W2 produce 1 KiB send_many"
     assert all(set(row) == set(COLUMNS) for row in (w4, w7, ratio, w5, w2))
 
 
