@@ -60,6 +60,7 @@ class RedisStreams(Adapter):
         await self._client.ping()
 
     async def close(self) -> None:
+        self._in_order = asyncio.Lock()  # the old one may hold this loop: keep pickling possible
         if self._client is not None:
             await self._client.aclose()
             self._client = None
