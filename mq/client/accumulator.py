@@ -28,6 +28,7 @@ newest batch of a partition is ever open.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
@@ -55,7 +56,7 @@ class RecordAccumulator:
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         delivery_timeout_s: float = 120.0,
         idempotent: bool = False,
-        on_new_batch: Callable[[], None] | None = None,
+        on_new_batch: Callable[[float], None] | None = None,
     ) -> None:
         if batch_size < 1 or linger_s < 0 or buffer_bytes < batch_size:
             raise ValueError("batch_size >= 1, linger_s >= 0 and buffer_bytes >= batch_size")
@@ -76,6 +77,8 @@ class RecordAccumulator:
         self.used_bytes = 0
         """Bytes reserved by incomplete batches (batch_size each while open)."""
         self._drain_start = 0
+        self.sendable: list[TopicPartition] = []
+        """The partitions the last :meth:`ready` found sendable, for :meth:`drain`."""
         self.flushing = 0
         """While positive, every batch is ready at once (flush or close in progress)."""
 
@@ -161,7 +164,7 @@ class RecordAccumulator:
         self.incomplete.add(batch)
         self.used_bytes += self.batch_size
         if self._on_new_batch is not None:
-            self._on_new_batch()
+            self._on_new_batch(now if self.flushing else now + self.linger_s)
         return batch
 
     def _close(self, batch: ProducerBatch, *, wake: bool = True) -> None:
@@ -169,7 +172,7 @@ class RecordAccumulator:
         if self.idempotent:
             self._next_sequence[batch.tp] = batch.base_sequence + batch.count
         if wake and self._on_new_batch is not None:
-            self._on_new_batch()  # a full batch is ready: wake the sender
+            self._on_new_batch(0.0)  # a full batch is ready now: wake the sender
 
     # -- the sender's side -----------------------------------------------------------------
 
@@ -183,6 +186,7 @@ class RecordAccumulator:
         nodes: set[int] = set()
         unknown: set[str] = set()
         wait: float | None = None
+        sendable: list[TopicPartition] = []
         for tp, queue in self._queues.items():
             if not queue:
                 continue
@@ -190,15 +194,25 @@ class RecordAccumulator:
             if leader is None:
                 unknown.add(tp.topic)
                 continue
-            if leader in nodes or muted(tp):
+            if muted(tp):
                 continue
-            first = queue[0]
-            due = self._due(first, len(queue) > 1)
+            due = self._due(queue[0], len(queue) > 1)
             if due <= now:
                 nodes.add(leader)
+                sendable.append(tp)
             elif wait is None or due - now < wait:
                 wait = due - now
+        self.sendable = sendable
         return nodes, wait, unknown
+
+    def next_due(self, tps: Iterable[TopicPartition]) -> float:
+        """When the first of these partitions' queued batches becomes sendable (inf: none)."""
+        due = math.inf
+        for tp in tps:
+            queue = self._queues.get(tp)
+            if queue:
+                due = min(due, self._due(queue[0], len(queue) > 1))
+        return due
 
     def _due(self, batch: ProducerBatch, has_next: bool) -> float:
         """When the first batch of a partition becomes sendable."""
@@ -215,20 +229,28 @@ class RecordAccumulator:
         leader_of: Callable[[TopicPartition], int | None],
         muted: Callable[[TopicPartition], bool],
         max_request_bytes: int,
+        candidates: Sequence[TopicPartition] | None = None,
     ) -> dict[int, list[ProducerBatch]]:
         """Take the sendable batches of every ready partition led by ``nodes``.
 
         Per node at most ``max_request_bytes`` (at least one batch); per
         partition every consecutive sendable batch from the front of its queue
         (one only when idempotent: sequences are checked a batch per request),
-        closed (built) on the way. A batch larger than ``batch_size`` (one big
+        closed (built) on the way; ``candidates`` (the last :meth:`ready`'s
+        :attr:`sendable`, when ``now`` is the same) limits the look to those
+        partitions instead of all. A batch larger than ``batch_size`` (one big
         record) travels alone, so if the broker refuses it, nothing else fails
         with it. The caller mutes the returned partitions until the response.
         """
         wanted = set(nodes)
         out: dict[int, list[ProducerBatch]] = {}
         budget: dict[int, int] = {}
-        items = list(self._queues.items())
+        queues = self._queues
+        items = (
+            list(queues.items())
+            if candidates is None
+            else [(tp, queues[tp]) for tp in candidates if tp in queues]
+        )
         if len(items) > 1:  # start at a different partition each time: no starvation
             self._drain_start = start = (self._drain_start + 1) % len(items)
             items = items[start:] + items[:start]

@@ -337,7 +337,7 @@ class Producer:
         try:
             for batch in pending:
                 batch.add_callback(one_done)
-            self._wake_sender()
+            self._sender.wake()
             async with asyncio.timeout(timeout_s):
                 await all_done
         finally:
@@ -349,8 +349,8 @@ class Producer:
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _wake_sender(self) -> None:
-        self._sender.wake()
+    def _wake_sender(self, due: float) -> None:
+        self._sender.wake_by(due)
 
     async def _partitions_of(self, topic: str) -> tuple[list[int], list[int]]:
         metadata = self._client.metadata

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from typing import Any
 
@@ -79,6 +80,10 @@ class Sender:
         self._muted: set[TopicPartition] = set()
         self._requests: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
+        self._full_nodes: set[int] = set()
+        """Nodes the last step had ready batches for but no room in flight."""
+        self._asleep_until: float | None = None
+        """While the sender sleeps, when it wakes by itself (inf: only when woken); else None."""
         self._task: asyncio.Task[None] | None = None
         self._room: asyncio.Future[None] | None = None
         self.bump_needed = False
@@ -90,6 +95,18 @@ class Sender:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def wake_by(self, due: float) -> None:
+        """A batch becomes sendable at ``due`` (monotonic): wake unless asleep until then only.
+
+        Each new batch calls this. Waking for every one made the sender scan
+        every partition per new batch: with records spread over 1,000
+        partitions, that scan cost more than the records. A running sender
+        sees the batch in its next scan; a sleeping one wakes no later than
+        its earliest head batch is due, which no newer batch precedes.
+        """
+        if self._asleep_until is not None and due < self._asleep_until:
+            self._wake.set()
 
     async def stop(self) -> None:
         """Stop sending (callers flush first); in-flight requests are awaited, then abandoned."""
@@ -162,11 +179,14 @@ class Sender:
                 await asyncio.sleep(0)  # let the requests go out before looking again
                 continue
             if wait is None:
+                self._asleep_until = math.inf
                 await self._wake.wait()
             else:
+                self._asleep_until = time.monotonic() + wait
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(wait):
                         await self._wake.wait()
+            self._asleep_until = None
 
     async def _step(self) -> float | None:
         """Expire, drain and send once; how long to sleep next (None: until woken)."""
@@ -180,14 +200,23 @@ class Sender:
         nodes, wait, unknown = acc.ready(now, self._leader_of, muted)
         if unknown:
             self._client.request_metadata_update()
-        nodes = {node for node in nodes if self._has_room(node)}
+        roomy = {node for node in nodes if self._has_room(node)}
+        self._full_nodes = nodes - roomy
+        nodes = roomy
         if nodes:
-            drained = acc.drain(nodes, now, self._leader_of, muted, self._max_request_bytes)
+            drained = acc.drain(
+                nodes, now, self._leader_of, muted, self._max_request_bytes, acc.sendable
+            )
             for node, batches in drained.items():
                 self._send(node, batches)
             return 0
         if acc.queued():
             wait = IDLE_TICK_S if wait is None else min(wait, IDLE_TICK_S)
+        if wait is not None and 0 < wait < acc.linger_s / 2:
+            # Batches lingering in many partitions fall due one after another: waking
+            # for each would scan every partition per batch. Half a linger more lets
+            # them go together (linger_ms=0 never waits here).
+            wait = acc.linger_s / 2
         return wait
 
     def _send(self, node: int, batches: list[ProducerBatch]) -> None:
@@ -242,7 +271,19 @@ class Sender:
             self._handle(response, by_tp)
         finally:
             self._muted.difference_update(by_tp)
+            self._after_response(node, by_tp)
+
+    def _after_response(self, node: int, by_tp: dict[TopicPartition, list[ProducerBatch]]) -> None:
+        """Wake for what a response unblocks: these partitions' next batches, a full node.
+
+        Not for every response: with records spread over many partitions, a
+        step per response (a scan of every partition) sent one small batch
+        per request, again and again.
+        """
+        if self.bump_needed or node in self._full_nodes:
             self._wake.set()
+        else:
+            self.wake_by(self._acc.next_due(by_tp))
 
     def _handle(
         self, response: ProduceResponse, by_tp: dict[TopicPartition, list[ProducerBatch]]

@@ -92,8 +92,19 @@ class FileIO:
         os.fsync(fd)
 
     def map(self, fd: int, length: int, *, write: bool) -> mmap.mmap:
+        """Map ``length`` bytes of the file; a writable map is told its pages come one by one.
+
+        A page fault in a map reads ahead around the page (up to the device's
+        read-ahead, 8 MiB on some virtual disks), which in a fresh segment
+        means zero-filling megabytes of page cache per fault: with many
+        partitions each taking little data, that memset dominated the
+        broker's CPU. ``MADV_RANDOM`` makes a fault bring in its own page only.
+        """
         access = mmap.ACCESS_WRITE if write else mmap.ACCESS_READ
-        return mmap.mmap(fd, length, access=access)
+        mapped = mmap.mmap(fd, length, access=access)
+        if write and length and hasattr(mmap, "MADV_RANDOM"):
+            mapped.madvise(mmap.MADV_RANDOM)
+        return mapped
 
     def unlink(self, path: Path) -> None:
         os.unlink(path)

@@ -5,7 +5,8 @@ Files are named by the segment's base offset, 20 digits zero-padded:
 
 The *active* segment (the last of a log) is preallocated to ``segment.bytes``
 as a sparse file and mapped writable; an append is a slice copy into the map.
-Disk blocks are reserved (``fallocate``) a little ahead of the write position,
+Disk blocks are reserved (``fallocate``) a little ahead of the write position
+(as much as the segment holds, from 64 KiB to 8 MiB),
 so a full disk shows up as ``ENOSPC`` at the reservation and never as SIGBUS
 inside the copy. Sealing a segment (on roll or close) trims the file to its
 written length and writes the indexes out. Sealed segments are mapped
@@ -41,7 +42,10 @@ log = logging.getLogger(__name__)
 MAX_RELATIVE_OFFSET = 2**32 - 1
 """Index entries keep offsets relative to the segment's base as u32."""
 RESERVE_AHEAD = 8 << 20
-"""Disk blocks reserved past the write position: one fallocate per 8 MiB appended."""
+"""Most disk blocks reserved past the write position: one fallocate per 8 MiB appended."""
+RESERVE_MIN = 64 << 10
+"""Fewest: a segment reserves ahead as much as it holds, between the two, so that
+1,000 quiet partitions hold 64 MiB of reserved blocks, not 8 GiB."""
 ZERO_CHUNK = 1 << 20
 
 
@@ -331,7 +335,8 @@ class Segment:
 
     def _reserve(self, end: int) -> None:
         assert self._fd is not None
-        target = min(self._map_length, end + RESERVE_AHEAD)
+        ahead = min(RESERVE_AHEAD, max(RESERVE_MIN, end))
+        target = min(self._map_length, end + ahead)
         self._io.allocate(self._fd, self._reserved, target - self._reserved)
         self._reserved = target
 
