@@ -89,7 +89,7 @@ def _log_if_wide(ax: Axes, values: Sequence[float]) -> None:
         ax.yaxis.set_minor_formatter(NullFormatter())
     elif positive:
         ax.set_ylim(0, max(positive) * 1.25)
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.6g}"))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}"))
 
 
 def _plot(ax: Axes, xs: list[int], ys: list[float | None], **style: Any) -> list[float]:
@@ -113,8 +113,11 @@ def scaling_chart(points: Sequence[Row], curve: str, path: Path) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8.5, 8.5))
     rates_drawn: list[float] = []
     cpu_drawn: list[float] = []
-    phases = (("produce", "o", "tab:blue", 8), ("consume", "s", "tab:orange", -10))
-    for phase, marker, color, dy in phases:
+    # the higher of the two rates at a point is labelled above it, the other below
+    best: dict[int, float] = {}
+    for p in mine:
+        best[p["point"]] = max(best.get(p["point"], 0.0), number(p.get("msg_per_s")) or 0.0)
+    for phase, marker, color in (("produce", "o", "tab:blue"), ("consume", "s", "tab:orange")):
         rows = sorted((p for p in mine if p.get("phase") == phase), key=lambda p: p["point"])
         if not rows:
             continue
@@ -129,14 +132,14 @@ def scaling_chart(points: Sequence[Row], curve: str, path: Path) -> None:
                 else short(rate) + (f", {mb:,.0f} MB/s" if mb and curve == "size" else "")
             )
             text += "" if p.get("verified", True) else " NOT VERIFIED"
-            va = "bottom" if dy > 0 else "top"
+            above = (rate or 0.0) >= best[x]
             top.annotate(
                 text,
                 (x, rate or 0),
                 textcoords="offset points",
-                xytext=(0, dy),
+                xytext=(0, 8 if above else -10),
                 ha="center",
-                va=va,
+                va="bottom" if above else "top",
                 fontsize=8,
                 color=color,
             )

@@ -20,7 +20,7 @@ def test_a_server_is_waited_for_measured_and_stopped_with_its_children(tmp_path:
     script = (
         f"{sys.executable} -c 'import socket,time\n"
         f"sum(range(3_000_000))\n"
-        f"s=socket.socket(); s.bind((\"127.0.0.1\", {port})); s.listen()\n"
+        f's=socket.socket(); s.bind(("127.0.0.1", {port})); s.listen()\n'
         f"time.sleep(60)' & wait"
     )
     server = Server(["sh", "-c", script], port=port, log=tmp_path / "log")
