@@ -187,7 +187,7 @@ def report(figures: list[Figure], as_json: bool, out: Callable[[str], None]) -> 
                         "workload": f.workload,
                         "system": "mq",
                         "durability": "flush=interval, acks=1"
-                        + (", batch_size=256 KiB" if "send_many" in f.workload else ""),
+                        + (", send_many, batch_size=256 KiB" if "send_many" in f.workload else ""),
                         "messages": f.messages,
                         "bytes": f.messages * f.size,
                         "seconds": round(f.seconds, 3),
