@@ -44,12 +44,18 @@ def test_w4_latency_runs_and_verifies() -> None:
 
 
 def test_w1_w3_client_runs_and_verifies() -> None:
-    w1, w3 = run_benchmark("benchmarks.client", "--messages", "2000", "--runs", "1")
+    w1, many, w3 = run_benchmark("benchmarks.client", "--messages", "2000", "--runs", "1")
 
-    assert (w1["workload"], w3["workload"]) == ("W1 produce", "W3 consume")
+    assert (w1["workload"], many["workload"], w3["workload"]) == (
+        "W1 produce",
+        "W1 produce send_many",
+        "W3 consume",
+    )
     assert w1["verified"] is True
+    assert many["verified"] is True
+    assert "send_many" in many["durability"]
     assert w3["verified"] is True
-    assert w1["messages"] == w3["messages"] == 2000
+    assert w1["messages"] == many["messages"] == w3["messages"] == 2000
 
 
 def test_w5_replication_runs_and_verifies() -> None:
@@ -75,7 +81,7 @@ def test_w5_replication_runs_and_verifies() -> None:
 
 def test_the_suite_runs_a_workload_and_reports_it_in_its_columns() -> None:
     rows = run_benchmark("benchmarks", "--only", "W1", "--quick")
-    assert [r["workload"] for r in rows] == ["W1 produce", "W3 consume"]
+    assert [r["workload"] for r in rows] == ["W1 produce", "W1 produce send_many", "W3 consume"]
     for row in rows:
         assert row["verified"] is True, row
         assert row["msg_per_s"] > 0

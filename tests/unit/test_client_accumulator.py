@@ -209,3 +209,23 @@ def test_a_new_epoch_restamps_queued_batches_from_sequence_zero() -> None:
     batch, _ = acc.append(T0, None, b"x", (), 1, 0.0) or (None, 0)
     assert batch is not None
     assert parse_header(batch.close()).base_sequence == sequence
+
+
+def test_ready_names_the_sendable_partitions_drain_looks_only_there() -> None:
+    woken: list[float] = []
+    acc = RecordAccumulator(batch_size=1024, linger_s=0.5, on_new_batch=woken.append)
+    fill(acc, T0, 1, now=10.0)
+    fill(acc, T1, 1, now=10.3)
+    assert woken == [10.5, pytest.approx(10.8)]  # each new batch says when it falls due
+    assert acc.next_due([T0, T1]) == 10.5
+    assert acc.next_due([U0]) == float("inf")
+    nodes, wait, _ = acc.ready(10.6, leader_of, not_muted)
+    assert (nodes, acc.sendable) == ({1}, [T0])
+    assert wait == pytest.approx(0.2)
+    # only the candidates are looked at: T1 is not due and is not even considered
+    drained = acc.drain({1, 2}, 10.6, leader_of, not_muted, 10_000, acc.sendable)
+    assert [b.tp for b in drained[1]] == [T0]
+    assert 2 not in drained
+    assert acc.drain({2}, 10.6, leader_of, not_muted, 10_000, []) == {}
+    fill(acc, U0, 30, now=11.0)  # U0 fills a batch: closing it asks for a wake now
+    assert 0.0 in woken
