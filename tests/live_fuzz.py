@@ -63,7 +63,7 @@ WEIGHTED_APIS = [
 ]
 """APIs to draw from: those that change topics (and sync the catalog) a third as often."""
 FIELD_NAMES = {a.key: [f.name for f in a.request.node.fields] for a in APIS}
-Record = tuple[bytes | None, bytes | None, list[Header]]
+Record = tuple[bytes | None, bytes | None, tuple[Header, ...]]
 
 
 class Rejected(Exception):

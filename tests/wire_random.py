@@ -138,7 +138,7 @@ _HINTS: dict[str, tuple[int, ...]] = {
 """Values of the int fields by field name: boundaries and what exists on the broker."""
 
 
-Records = list[tuple[bytes | None, bytes | None, list[Header]]]
+Records = list[tuple[bytes | None, bytes | None, tuple[Header, ...]]]
 
 
 class SentRecords(NamedTuple):
@@ -248,9 +248,9 @@ class RandomWire:
         for _ in range(rng.choice((1, 1, 2, 3, 5))):
             key = None if rng.random() < 0.5 else rng.randbytes(rng.randint(0, 16))
             value = None if rng.random() < 0.1 else rng.randbytes(rng.choice((0, 1, 10, 100)))
-            headers: list[Header] = []
+            headers: tuple[Header, ...] = ()
             if rng.random() < 0.2:
-                headers = [("h", rng.randbytes(3)), ("\u00e9", None)]
+                headers = (("h", rng.randbytes(3)), ("\u00e9", None))
             out.append((key, value, headers))
         return out
 

@@ -39,7 +39,10 @@ class ConsumerRecord(NamedTuple):
 
     ``timestamp_type`` is 0 when ``timestamp`` is the producer's create time and
     1 when it is the broker's log-append time (the topic's
-    ``message.timestamp.type``), as in Kafka.
+    ``message.timestamp.type``), as in Kafka. ``headers`` is a tuple of
+    ``(key, value)`` pairs, ``()`` for none: a record is immutable all through,
+    which also keeps the garbage collector from walking every record a
+    consumer holds.
     """
 
     topic: str
@@ -48,7 +51,7 @@ class ConsumerRecord(NamedTuple):
     timestamp: int
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes | None]]
+    headers: tuple[tuple[str, bytes | None], ...]
     timestamp_type: int = 0
 
 

@@ -27,6 +27,7 @@ pure; a builder is owned by one task at a time.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, NamedTuple, TypeAlias
 
@@ -34,6 +35,11 @@ from mq.errors import CorruptRecordError
 from mq.storage import batch as fmt
 from mq.storage.bulk import encode_values
 from mq.storage.compression import CODEC_NONE, CODEC_ZSTD, codec_name, compress, decompress
+
+try:  # the C parser, which setup.py builds where a compiler is at hand
+    from mq.storage import _speedups
+except ImportError:  # pragma: no cover - a machine without a C compiler
+    _speedups = None  # type: ignore[assignment]
 
 Buffer: TypeAlias = fmt.Buffer
 Header: TypeAlias = tuple[str, bytes | None]
@@ -67,7 +73,7 @@ class Record(NamedTuple):
     timestamp: int
     key: bytes | None
     value: bytes | None
-    headers: list[Header]
+    headers: tuple[Header, ...]
 
 
 def encode_varint(value: int) -> bytes:
@@ -104,6 +110,10 @@ def decode_varlong(buf: Buffer, pos: int = 0) -> tuple[int, int]:
         raise CorruptRecordError("varlong is truncated") from None
 
 
+USE_C: Final = _speedups is not None and not os.environ.get("MQ_PURE_PYTHON")
+"""Whether the record loops run in C: when built, unless the environment sets ``MQ_PURE_PYTHON``."""
+
+
 def _put_varint(out: bytearray, value: int) -> None:
     """Append the zigzag varint of ``value`` (range checked by the caller)."""
     zigzag = (value << 1) ^ (value >> 63)
@@ -125,6 +135,8 @@ def _put_nullable(out: bytearray, field: bytes | None) -> None:
 def _put_headers(out: bytearray, headers: Sequence[Header]) -> None:
     """Each header as a length-prefixed UTF-8 key and a nullable value (the count not included)."""
     for header_key, header_value in headers:
+        if not isinstance(header_key, str):
+            raise TypeError(f"a header key is a str, not {type(header_key).__name__}")
         encoded = header_key.encode()
         _put_varint(out, len(encoded))
         out += encoded
@@ -160,6 +172,60 @@ def _read_varint(buf: Buffer, pos: int, max_bytes: int) -> tuple[int, int]:
             return (raw >> 1) ^ -(raw & 1), pos
         shift += 7
     raise CorruptRecordError(f"varint is longer than {max_bytes} bytes")
+
+
+def _append_record(
+    buf: bytearray,
+    ts_delta: int,
+    offset_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header],
+    limit: int,
+) -> bool:
+    """Encode one record at the end of ``buf``; with ``limit >= 0``, one that would take
+    ``buf`` past it is left out (False). ``mq/storage/_speedups.c`` has the C version."""
+    start = len(buf)
+    put = _put_varint
+    try:
+        # Two bytes for the length prefix (enough below 8 KiB), then the
+        # attributes byte, 0; the prefix is filled in once the length is known.
+        buf += b"\x00\x00\x00"
+        put(buf, ts_delta)
+        put(buf, offset_delta)
+        if key is None:
+            buf.append(1)  # zigzag(-1): null
+        else:
+            put(buf, len(key))
+            buf += key
+        if value is None:
+            buf.append(1)
+        else:
+            put(buf, len(value))
+            buf += value
+        put(buf, len(headers))
+        if headers:  # headerless records, the common case, skip the call
+            _put_headers(buf, headers)
+        length = len(buf) - start - 2
+        if length < 0x40:
+            buf[start] = length << 1
+            del buf[start + 1]
+        elif length < 0x2000:
+            buf[start] = ((length << 1) & 0x7F) | 0x80
+            buf[start + 1] = length >> 6
+        else:
+            buf[start : start + 2] = encode_varint(length)  # ValueError past int32
+    except BaseException:
+        del buf[start:]  # no half-written record stays behind
+        raise
+    if 0 <= limit < len(buf):
+        del buf[start:]
+        return False
+    return True
+
+
+append_record = _speedups.append_record if USE_C else _append_record
+"""The record encoder :class:`BatchBuilder` runs: C when built, else Python."""
 
 
 class BatchBuilder:
@@ -245,42 +311,8 @@ class BatchBuilder:
         if not _INT64_MIN <= ts_delta <= _INT64_MAX:
             raise ValueError(f"timestamp {timestamp_ms} is too far from the batch's first")
 
-        buf = self._buf
-        start = len(buf)
-        put = _put_varint
-        try:
-            # Two bytes for the length prefix (enough below 8 KiB), then the
-            # attributes byte, 0; the prefix is filled in once the length is known.
-            buf += b"\x00\x00\x00"
-            put(buf, ts_delta)
-            put(buf, count)
-            if key is None:
-                buf.append(1)  # zigzag(-1): null
-            else:
-                put(buf, len(key))
-                buf += key
-            if value is None:
-                buf.append(1)
-            else:
-                put(buf, len(value))
-                buf += value
-            put(buf, len(headers))
-            if headers:  # headerless records, the common case, skip the call
-                _put_headers(buf, headers)
-            length = len(buf) - start - 2
-            if length < 0x40:
-                buf[start] = length << 1
-                del buf[start + 1]
-            elif length < 0x2000:
-                buf[start] = ((length << 1) & 0x7F) | 0x80
-                buf[start + 1] = length >> 6
-            else:
-                buf[start : start + 2] = encode_varint(length)  # ValueError past int32
-        except BaseException:
-            del buf[start:]  # no half-written record stays behind
-            raise
-        if max_batch_bytes is not None and count and len(buf) > max_batch_bytes:
-            del buf[start:]
+        limit = max_batch_bytes if max_batch_bytes is not None and count else -1
+        if not append_record(self._buf, ts_delta, count, key, value, headers, limit):
             return False
         self._count = count + 1
         if timestamp_ms > self._max_timestamp:
@@ -473,7 +505,7 @@ def decode_records(
     if count > (len(data) - pos) // MIN_RECORD_SIZE:
         raise CorruptRecordError(f"{len(data) - pos} bytes cannot hold {count} records")
     try:
-        records, pos = _parse_records(data, pos, count, header, shape)
+        records, pos = parse_records(data, pos, count, header, shape)
     except IndexError:
         raise CorruptRecordError("a record runs past the end of the batch") from None
     except UnicodeDecodeError as exc:
@@ -481,6 +513,32 @@ def decode_records(
     if pos != len(data):
         raise CorruptRecordError(f"{len(data) - pos} bytes follow the last record")
     return records
+
+
+def _parse_records_c(
+    data: bytes,
+    pos: int,
+    count: int,
+    header: fmt.BatchHeader,
+    shape: tuple[type[tuple[Any, ...]], str, int] | None = None,
+) -> tuple[list[Any], int]:
+    """:func:`_parse_records` in C (``mq/storage/_speedups.c``): the same checks and errors."""
+    append_time = header.max_timestamp if header.attributes & fmt.TIMESTAMP_TYPE_BIT else None
+    kind, topic, partition = shape if shape is not None else (Record, None, 0)
+    return _speedups.parse_records(
+        data,
+        pos,
+        count,
+        header.base_offset,
+        header.base_timestamp,
+        append_time,
+        header.last_offset_delta,
+        kind,
+        topic,
+        partition,
+        0 if append_time is None else 1,
+        CorruptRecordError,
+    )
 
 
 def _parse_records(
@@ -575,8 +633,9 @@ def _parse_records(
             size = 0
         else:
             size, pos = read(data, pos, 5)
-        headers: list[Header] = []
+        headers: Any = ()
         if size:
+            headers = []
             if not 0 < size <= (record_end - pos) // 2:
                 raise CorruptRecordError(f"record claims {size} headers")
             for _ in range(size):
@@ -591,6 +650,7 @@ def _parse_records(
                 )
                 pos += value_size if value_size > 0 else 0
                 headers.append((header_key, header_value))
+            headers = tuple(headers)
         if pos != record_end:
             raise CorruptRecordError(f"record fields end {pos - record_end:+d} bytes off")
         timestamp = base_timestamp + ts_delta if append_time is None else append_time
@@ -601,6 +661,10 @@ def _parse_records(
             fields = (topic, partition, offset, timestamp, key, value, headers, timestamp_type)
             add(new_record(kind, fields))
     return records, pos
+
+
+parse_records = _parse_records_c if USE_C else _parse_records
+"""The record parser :func:`decode_records` runs: C when built, else Python."""
 
 
 def record_starts(

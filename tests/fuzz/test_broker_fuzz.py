@@ -127,7 +127,7 @@ async def produce_known(broker: BrokerProcess) -> KnownLog:
                 value = rng.randbytes(rng.choice((0, 10, 500)))
                 headers: list[Header] = [("n", b"%d" % i)] if i % 3 == 0 else []
                 future = await producer.send(KNOWN_TOPIC, value, key, headers, i % KNOWN_PARTITIONS)
-                futures.append((future, (key, value, headers)))
+                futures.append((future, (key, value, tuple(headers))))
             for future, record in futures:
                 meta = await future
                 known.add(meta.partition, meta.offset, [record], "the known records")

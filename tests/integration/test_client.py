@@ -64,7 +64,7 @@ async def test_round_trip_for_every_acks_level(bootstrap: str, acks: Literal[0, 
             TopicPartition(topic, 0)
         ]
     assert [(r.key, r.value, r.headers) for r in records] == [
-        (b"key-%d" % i, b"value-%d" % i, [("n", b"%d" % i)]) for i in range(100)
+        (b"key-%d" % i, b"value-%d" % i, (("n", b"%d" % i),)) for i in range(100)
     ]
     assert [r.offset for r in records] == list(range(100))
     assert [r.timestamp for r in records] == [m.timestamp for m in metas]

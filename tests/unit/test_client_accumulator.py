@@ -50,7 +50,7 @@ def test_records_fill_a_batch_then_the_next_one_opens() -> None:
     records = [r for b in batches[:-1] for r in decode_records(b.close())]
     records += decode_records(batches[-1].close())
     assert [(r.key, r.timestamp, r.headers) for r in records] == [
-        (b"k%d" % i, 1000 + i, [("h", b"%d" % i)]) for i in range(40)
+        (b"k%d" % i, 1000 + i, (("h", b"%d" % i),)) for i in range(40)
     ]
     assert all(b.size <= 1024 for b in batches)
 

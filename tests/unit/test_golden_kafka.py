@@ -89,13 +89,13 @@ def kafka_decode(buf: bytes) -> tuple[DefaultRecordBatch, list[Record]]:
     """kafka-python's view of a batch: the batch object (CRC checked) and its records."""
     kafka_batch = DefaultRecordBatch(buf)
     assert kafka_batch.validate_crc()
-    records = [Record(r.offset, r.timestamp, r.key, r.value, r.headers) for r in kafka_batch]
+    records = [Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in kafka_batch]
     return kafka_batch, records
 
 
 def expected(records: Sequence[RecordTuple], base_offset: int = 0) -> list[Record]:
     return [
-        Record(base_offset + i, ts, key, value, list(headers))
+        Record(base_offset + i, ts, key, value, tuple(headers))
         for i, (key, value, headers, ts) in enumerate(records)
     ]
 

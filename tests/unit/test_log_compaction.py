@@ -178,7 +178,7 @@ def test_rebuilt_batches_keep_offsets_codec_and_producer_fields(
     assert header.codec == codec
     records = decode_records(first.data[: header.size])
     assert [(r.offset, r.key, r.value, r.timestamp, r.headers) for r in records] == [
-        (i, b"k%d" % (i % 3), b"v%d" % i, START_MS + i, [("h", b"x")]) for i in (6, 7, 8)
+        (i, b"k%d" % (i % 3), b"v%d" % i, START_MS + i, (("h", b"x"),)) for i in (6, 7, 8)
     ]
     log.close()
 

@@ -62,7 +62,7 @@ def with_records_section(template: bytes, section: bytes, *, count: int | None =
     return fix_crc(out)
 
 
-def plain(records: list[Record]) -> list[tuple[bytes | None, bytes | None, list, int]]:
+def plain(records: list[Record]) -> list[tuple[bytes | None, bytes | None, tuple, int]]:
     return [(r.key, r.value, r.headers, r.timestamp) for r in records]
 
 
@@ -172,7 +172,7 @@ def test_build_then_decode_round_trips(
         transactional=transactional,
     )
     decoded = decode_records(buf)
-    assert plain(decoded) == [(k, v, h, t) for k, v, h, t in records]
+    assert plain(decoded) == [(k, v, tuple(h), t) for k, v, h, t in records]
     assert [r.offset for r in decoded] == list(range(base_offset, base_offset + len(records)))
     header = batch.check_batch(buf, 0, len(buf))
     assert header.size == len(buf)
@@ -191,7 +191,7 @@ def test_record_lengths_across_varint_boundaries(size: int) -> None:
     # 8191 put the length prefix on either side of a one/two/three-byte varint.
     records = [(None, b"x" * size, [], 5), (b"k", b"y" * size, [("h", b"z" * size)], 4)]
     buf = build_batch(records)
-    assert plain(decode_records(buf)) == [(k, v, h, t) for k, v, h, t in records]
+    assert plain(decode_records(buf)) == [(k, v, tuple(h), t) for k, v, h, t in records]
 
 
 def test_timestamps_can_go_backwards_within_a_batch() -> None:
@@ -212,7 +212,7 @@ def test_decode_accepts_bytearray_and_memoryview() -> None:
     expected = decode_records(buf)
     assert decode_records(bytearray(buf)) == expected
     assert decode_records(memoryview(b"xx" + buf)[2:]) == expected
-    assert expected == [Record(0, 1, b"k", b"v", [("a", None)])]
+    assert expected == [Record(0, 1, b"k", b"v", (("a", None),))]
 
 
 def test_a_batch_with_zero_records_decodes_to_nothing() -> None:

@@ -1,0 +1,28 @@
+from collections.abc import Sequence
+from typing import Any
+
+def parse_records(
+    data: bytes,
+    pos: int,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    append_time: int | None,
+    last_delta: int,
+    kind: type[tuple[Any, ...]],
+    topic: str | None,
+    partition: int,
+    timestamp_type: int,
+    corrupt: type[Exception],
+    /,
+) -> tuple[list[Any], int]: ...
+def append_record(
+    buf: bytearray,
+    ts_delta: int,
+    offset_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]],
+    limit: int,
+    /,
+) -> bool: ...
