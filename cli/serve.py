@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 import uvloop
 
+from mq.allocator import keep_freed_memory
 from mq.broker.broker import Broker
 from mq.broker.config import DEFAULT_PORT, BrokerConfig
 from mq.broker.server import Server
@@ -62,6 +63,8 @@ def serve(
             config = BrokerConfig.from_file(config_file, **flags)
         else:
             config = BrokerConfig().with_overrides(**flags)
+        if config.malloc_trim_bytes:
+            keep_freed_memory(config.malloc_trim_bytes)
         uvloop.run(_run(config))
     except MQError as exc:
         raise click.ClickException(str(exc)) from exc

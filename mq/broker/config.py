@@ -66,6 +66,9 @@ class BrokerConfig:
     replication_catchup_bytes_per_s: int = 64 * MiB
     """Bulkhead: the rate at which a leader serves followers outside the ISR (catching up),
     so that a returning replica does not starve producers and consumers."""
+    malloc_trim_bytes: int = 512 * MiB
+    """Freed memory glibc keeps for reuse instead of handing it back to the kernel
+    (:func:`mq.allocator.keep_freed_memory`); 0 leaves malloc's defaults alone."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -73,6 +76,10 @@ class BrokerConfig:
             raise InvalidConfigError(f"port must be 0..65535, got {self.port}")
         if self.max_inflight_requests < 1 or self.default_partitions < 1:
             raise InvalidConfigError("max_inflight_requests and default_partitions must be >= 1")
+        if self.malloc_trim_bytes < 0:
+            raise InvalidConfigError(
+                f"malloc_trim_bytes must be >= 0, got {self.malloc_trim_bytes}"
+            )
         if not 0 <= self.node_id < 1 << 31:
             raise InvalidConfigError(f"node_id must be a non-negative int32, got {self.node_id}")
         positive = (

@@ -482,9 +482,121 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(append_values_doc,
+"append_values(buf, values, start, first_delta, ts_delta, limit) -> int\n\n"
+"Encode values[start:] as keyless, headerless records at the end of bytearray buf,\n"
+"offset deltas from first_delta, as mq.storage.bulk.encode_values does: as many as\n"
+"keep buf within limit bytes (a batch's first record always). Returns how many.");
+
+static PyObject *
+append_values(PyObject *self, PyObject *args)
+{
+    PyObject *buf, *values;
+    Py_ssize_t start, limit;
+    long long first_delta, ts_delta;
+    if (!PyArg_ParseTuple(args, "O!OnLLn", &PyByteArray_Type, &buf, &values, &start,
+                          &first_delta, &ts_delta, &limit)) {
+        return NULL;
+    }
+    PyObject *fast = PySequence_Fast(values, "values must be a sequence of bytes or None");
+    if (fast == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    if (start < 0) start = 0;
+    const Py_ssize_t fixed = varint_size(ts_delta) + 3; /* attributes, null key, no headers */
+    const Py_ssize_t used = PyByteArray_GET_SIZE(buf);
+    Py_ssize_t total = 0, i = start;
+    int64_t delta = first_delta;
+    /* first pass: how many fit, and their bytes */
+    for (; i < n; i++, delta++) {
+        PyObject *value = items[i];
+        Py_ssize_t size;
+        if (value == Py_None) {
+            size = fixed + varint_size(delta) + 1;
+        }
+        else {
+            Py_ssize_t length;
+            if (PyBytes_CheckExact(value)) {
+                length = PyBytes_GET_SIZE(value);
+            }
+            else {
+                Py_buffer view;
+                if (PyUnicode_Check(value) || PyObject_GetBuffer(value, &view, PyBUF_SIMPLE) < 0) {
+                    PyErr_Clear();
+                    PyErr_Format(PyExc_TypeError, "a record's value is bytes or None, not %.80s",
+                                 Py_TYPE(value)->tp_name);
+                    Py_DECREF(fast);
+                    return NULL;
+                }
+                length = view.len;
+                PyBuffer_Release(&view);
+            }
+            size = fixed + varint_size(delta) + varint_size(length) + length;
+        }
+        Py_ssize_t record = varint_size(size) + size;
+        if (used + total + record > limit && delta) break;
+        total += record;
+    }
+    Py_ssize_t added = i - start;
+    if (added == 0) {
+        Py_DECREF(fast);
+        return PyLong_FromLong(0);
+    }
+    if (PyByteArray_Resize(buf, used + total) < 0) {
+        Py_DECREF(fast);
+        return NULL;
+    }
+    uint8_t *out = (uint8_t *)PyByteArray_AS_STRING(buf) + used;
+    delta = first_delta;
+    for (i = start; i < start + added; i++, delta++) {
+        PyObject *value = items[i];
+        Py_buffer view;
+        view.obj = NULL;
+        const char *data = NULL;
+        Py_ssize_t length = 0, size;
+        if (value == Py_None) {
+            size = fixed + varint_size(delta) + 1;
+        }
+        else {
+            if (PyBytes_CheckExact(value)) {
+                data = PyBytes_AS_STRING(value);
+                length = PyBytes_GET_SIZE(value);
+            }
+            else { /* a buffer the first pass measured; no Python code ran since */
+                if (PyObject_GetBuffer(value, &view, PyBUF_SIMPLE) < 0) {
+                    Py_DECREF(fast);
+                    PyByteArray_Resize(buf, used); /* shrinking: cannot fail */
+                    return NULL;
+                }
+                data = view.buf;
+                length = view.len;
+            }
+            size = fixed + varint_size(delta) + varint_size(length) + length;
+        }
+        out = put_varint(out, size);
+        *out++ = 0; /* attributes */
+        out = put_varint(out, ts_delta);
+        out = put_varint(out, delta);
+        *out++ = 1; /* null key */
+        if (value == Py_None) {
+            *out++ = 1; /* null value */
+        }
+        else {
+            out = put_varint(out, length);
+            memcpy(out, data, length);
+            out += length;
+        }
+        *out++ = 0; /* no headers */
+        if (view.obj != NULL) PyBuffer_Release(&view);
+    }
+    Py_DECREF(fast);
+    return PyLong_FromSsize_t(added);
+}
+
 static PyMethodDef methods[] = {
     {"parse_records", parse_records, METH_VARARGS, parse_records_doc},
     {"append_record", append_record, METH_VARARGS, append_record_doc},
+    {"append_values", append_values, METH_VARARGS, append_values_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -26,3 +26,12 @@ def append_record(
     limit: int,
     /,
 ) -> bool: ...
+def append_values(
+    buf: bytearray,
+    values: Sequence[bytes | None],
+    start: int,
+    first_delta: int,
+    ts_delta: int,
+    limit: int,
+    /,
+) -> int: ...

@@ -224,8 +224,25 @@ def _append_record(
     return True
 
 
+def _append_values(
+    buf: bytearray,
+    values: Sequence[bytes | None],
+    start: int,
+    first_delta: int,
+    ts_delta: int,
+    limit: int,
+) -> int:
+    """Keyless, headerless records for ``values[start:]`` at the end of ``buf``, as many
+    as keep it within ``limit`` bytes (:func:`mq.storage.bulk.encode_values`); how many."""
+    data, added = encode_values(values, start, first_delta, ts_delta, limit - len(buf))
+    buf += data
+    return added
+
+
 append_record = _speedups.append_record if USE_C else _append_record
 """The record encoder :class:`BatchBuilder` runs: C when built, else Python."""
+append_values = _speedups.append_values if USE_C else _append_values
+"""The bulk encoder of :meth:`BatchBuilder.append_values`: C when built, else Python."""
 
 
 class BatchBuilder:
@@ -343,9 +360,7 @@ class BatchBuilder:
         ts_delta = timestamp_ms - self._base_timestamp
         if not _INT64_MIN <= ts_delta <= _INT64_MAX:
             raise ValueError(f"timestamp {timestamp_ms} is too far from the batch's first")
-        buf = self._buf
-        data, added = encode_values(values, start, count, ts_delta, max_batch_bytes - len(buf))
-        buf += data
+        added = append_values(self._buf, values, start, count, ts_delta, max_batch_bytes)
         self._count = count + added
         if added and timestamp_ms > self._max_timestamp:
             self._max_timestamp = timestamp_ms

@@ -240,3 +240,41 @@ def test_many_headers_and_large_values_encode_alike() -> None:
         assert encoded(records._speedups.append_record, *args) == encoded(
             records._append_record, *args
         )
+
+
+def bulk(append: Any, values: list[Any], *args: Any) -> tuple[Any, ...]:
+    buf = bytearray(b"prefix")
+    try:
+        added = append(buf, values, *args)
+    except TypeError:
+        return ("error", bytes(buf))
+    return (added, bytes(buf))
+
+
+@FUZZ
+@given(
+    st.lists(st.none() | st.binary(max_size=300) | st.binary(max_size=20).map(bytearray)),
+    st.integers(0, 5),
+    st.integers(0, 2**31 - 1) | st.just(0),
+    st.integers(-(2**63), 2**63 - 1) | st.just(0),
+    st.integers(0, 3_000),
+)
+def test_bulk_values_encode_alike(
+    values: list[Any], start: int, first_delta: int, ts_delta: int, limit: int
+) -> None:
+    args = (start, first_delta, ts_delta, limit)
+    c = bulk(records._speedups.append_values, values, *args)
+    assert c == bulk(records._append_values, values, *args)
+    added, buf = c
+    assert added == 0 or first_delta == 0 or len(buf) <= limit
+
+
+def test_bulk_values_refuse_what_is_not_bytes() -> None:
+    for bad in ("text", 5):
+        c = bulk(records._speedups.append_values, [b"a", bad], 0, 0, 0, 10_000)
+        assert c == ("error", b"prefix")
+        assert c == bulk(records._append_values, [b"a", bad], 0, 0, 0, 10_000)
+    views = [memoryview(b"abc"), b"d"]
+    assert bulk(records._speedups.append_values, views, 0, 0, 0, 10_000) == bulk(
+        records._append_values, views, 0, 0, 0, 10_000
+    )
