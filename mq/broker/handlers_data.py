@@ -69,8 +69,10 @@ async def produce(broker: Broker, ctx: RequestContext, body: ProduceRequest) -> 
     if not pending:
         return topics
     futures = [f for *_, f in pending]
-    timeout = body["timeout_ms"] / 1000 if body["acks"] != 0 else None
-    done, _ = await asyncio.wait(futures, timeout=timeout)
+    done: set[asyncio.Future[AppendInfo]] | list[asyncio.Future[AppendInfo]] = futures
+    if not all(f.done() for f in futures):  # usually done already: the writer was idle
+        timeout = body["timeout_ms"] / 1000 if body["acks"] != 0 else None
+        done, _ = await asyncio.wait(futures, timeout=timeout)
     for name, result, partition, future in pending:
         if future not in done:
             set_error(result, RequestTimedOutError(f"{name}: no ack within timeout_ms"))

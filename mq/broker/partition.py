@@ -209,7 +209,10 @@ class Partition:
             return appended
         acked: asyncio.Future[AppendInfo] = asyncio.get_running_loop().create_future()
         epoch = self.leader_epoch
-        appended.add_done_callback(lambda done: self._appended_for_ack(done, acked, epoch))
+        if appended.done():  # applied in this call (the writer was idle): no turn of the loop
+            self._appended_for_ack(appended, acked, epoch)
+        else:
+            appended.add_done_callback(lambda done: self._appended_for_ack(done, acked, epoch))
         return acked
 
     def _appended_for_ack(

@@ -13,6 +13,12 @@ once for the whole drain, and only then completes the futures:
 * ``never``: as ``interval`` but with no timed sync; rolled segments are still
   synced in the background so that the recovery checkpoint moves on.
 
+A request that finds the task idle, nothing queued and no sync owed under
+``interval`` or ``never`` is applied at once, in the caller's call, exactly as
+the task would apply a drain of one: its future is already complete when
+:meth:`LogWriter.submit_append` returns. That saves a produce the wake-up and
+step of the task, two turns of the event loop.
+
 Syncs never block the event loop, and only one sync job runs at a time (the
 task's, the timer's or :meth:`LogWriter.flush`'s): two jobs would race on the
 checkpoint file. A drain that holds a :meth:`LogWriter.call` waits for the sync
@@ -65,6 +71,8 @@ class LogWriter:
         self._commit_task: asyncio.Task[None] | None = None
         self._sync_lock = asyncio.Lock()
         """Held while a sync job runs, and while a drain with a call is applied."""
+        self._idle = False
+        """The task waits for work: a lone append may be applied in the caller's call."""
 
     def start(self) -> None:
         if self._task is None:
@@ -114,6 +122,20 @@ class LogWriter:
         if self._task is None:
             self.start()
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        policy = self.log.config.flush
+        if (
+            self._idle
+            and kind != _CALL
+            and not self._pending
+            and not self._flush_requested
+            and policy is not FlushPolicy.ALWAYS
+        ):
+            # the drain of one the task would make next, made now
+            outcomes, appended = self._apply(deque(((kind, payload, epoch, future),)))
+            self._complete(outcomes, appended)
+            if appended:
+                self._schedule_flush(policy)
+            return future
         self._pending.append((kind, payload, epoch, future))
         self._wake.set()
         return future
@@ -143,7 +165,11 @@ class LogWriter:
                         await self._commit_task
                     return
                 self._wake.clear()
-                await self._wake.wait()
+                self._idle = True
+                try:
+                    await self._wake.wait()
+                finally:
+                    self._idle = False
                 continue
             drained, self._pending = self._pending, deque()
             if any(kind == _CALL for kind, *_ in drained):
