@@ -44,12 +44,12 @@ from mq.wire import (
     apis_queues,
     apis_replication,
 )
-from mq.wire.frames import FrameDecoder
+from mq.wire.frames import Buffer, FrameDecoder
 from mq.wire.messages import (
     Request,
     decode_request,
     encode_error_response,
-    encode_response,
+    encode_response_parts,
     unpack_request,
 )
 from mq.wire.registry import Api
@@ -182,7 +182,7 @@ class Connection(asyncio.Protocol):
         cid = request.correlation_id
         try:
             body = await handler(self._broker, self.ctx, request.body)
-            frame = encode_response(cid, 0, body, self._max_frame)
+            frame: bytes | list[Buffer] = encode_response_parts(cid, 0, body, self._max_frame)
         except MQError as exc:
             frame = encode_error_response(cid, exc)
         except asyncio.CancelledError:
@@ -201,9 +201,16 @@ class Connection(asyncio.Protocol):
 
     # -- transport ----------------------------------------------------------------------
 
-    def _write(self, frame: bytes) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(frame)
+    def _write(self, frame: bytes | list[Buffer]) -> None:
+        """One frame: bytes, or the buffers of one (a fetch's record sets uncopied)."""
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            if isinstance(frame, bytes):
+                transport.write(frame)
+            elif len(frame) == 1:
+                transport.write(frame[0])
+            else:
+                transport.writelines(frame)
 
     def _pause_reading(self, reason: str) -> None:
         if not self._reading_paused_for and self._transport is not None:

@@ -43,7 +43,12 @@ from mq.errors import (
 from mq.wire.apis_core import API_VERSIONS
 from mq.wire.frames import FrameDecoder
 from mq.wire.limits import I32_MAX, MAX_FRAME_BYTES
-from mq.wire.messages import ResponseEnvelope, decode_response, encode_request, unpack_response
+from mq.wire.messages import (
+    ResponseEnvelope,
+    decode_response,
+    encode_request_parts,
+    unpack_response,
+)
 from mq.wire.registry import Api
 
 log = logging.getLogger(__name__)
@@ -229,16 +234,18 @@ class Connection(asyncio.Protocol):
         if version is None:
             version = self.version_for(api)
         cid = next(self._ids) & I32_MAX
-        frame = encode_request(api, version, cid, self.client_id, body, self._max_frame)
+        frame = encode_request_parts(api, version, cid, self.client_id, body, self._max_frame)
         future: asyncio.Future[RespT] = self._loop.create_future()
-        if not expect_response:
-            transport.write(frame)
+        if expect_response:
+            timeout = self.request_timeout_s if timeout_s is None else timeout_s
+            timer = self._loop.call_later(timeout, self._timed_out, cid) if timeout > 0 else None
+            self._pending[cid] = _Pending(future, api, version, timer)
+        else:
             future.set_result(cast(RespT, None))
-            return future
-        timeout = self.request_timeout_s if timeout_s is None else timeout_s
-        timer = self._loop.call_later(timeout, self._timed_out, cid) if timeout > 0 else None
-        self._pending[cid] = _Pending(future, api, version, timer)
-        transport.write(frame)
+        if len(frame) == 1:
+            transport.write(frame[0])
+        else:  # a produce's record sets, uncopied
+            transport.writelines(frame)
         return future
 
     async def call(

@@ -11,7 +11,8 @@ little ahead of the write position (as much as the segment holds, from 64 KiB
 to 8 MiB), so a full disk shows up as ``ENOSPC`` at the reservation and never
 as SIGBUS in a write through the map. Sealing a segment (on roll or close) trims the file to its
 written length and writes the indexes out. Sealed segments are mapped
-read-only on first read.
+read-only on first read, and so are their index files: a sealed segment keeps
+no index entries in memory (see :mod:`mq.storage.index`).
 
 Thread safety: a segment has one writer, its :class:`~mq.storage.log.Log`;
 reads may run between writes on the same thread. Nothing here syncs data on
@@ -127,6 +128,7 @@ class Segment:
             log.info("rebuilding indexes of %s", seg.path)
             seg._rebuild_indexes()
             seg._write_indexes_durably()
+        seg._release_indexes()  # the last one is made active after: its first append reloads
         return seg
 
     @classmethod
@@ -181,6 +183,7 @@ class Segment:
         # the index files on disk are from before the crash, perhaps never synced:
         # replace them before a checkpoint starts to trust this segment
         seg._write_indexes_durably()
+        seg._release_indexes()
         return seg, dropped, why, file_size - valid
 
     def make_active(self, capacity: int) -> None:
@@ -380,6 +383,15 @@ class Segment:
         self.offset_index.persist()
         self.time_index.persist()
 
+    def _release_indexes(self) -> None:
+        """Serve index lookups from the (complete) index files: no entries in memory."""
+        self.offset_index.release()
+        self.time_index.release()
+
+    def _close_index_maps(self) -> None:
+        self.offset_index.close_map()
+        self.time_index.close_map()
+
     def seal(self) -> None:
         """Stop appending: trim the file to its data and write out the indexes.
 
@@ -395,6 +407,7 @@ class Segment:
         self._fd = None
         self.active = False
         self.persist_indexes()
+        self._release_indexes()
 
     def truncate_to(self, offset: int) -> None:
         """Drop every batch holding an offset >= ``offset`` (the segment stays active)."""
@@ -505,6 +518,7 @@ class Segment:
     def close(self) -> None:
         self.seal()
         self._release_map()
+        self._close_index_maps()
 
     def _release_map(self) -> None:
         if self._map is not None:
@@ -524,6 +538,7 @@ class Segment:
             self._fd = None
         self.active = False
         self._release_map()
+        self._close_index_maps()
 
     def delete(self) -> None:
         """Remove the segment's files (a reader's view keeps the data until released)."""
@@ -532,6 +547,7 @@ class Segment:
             self._fd = None
         self.active = False
         self._release_map()
+        self._close_index_maps()
         for path in (self.path, self.offset_index.path, self.time_index.path):
             try:
                 self._io.unlink(path)

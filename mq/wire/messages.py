@@ -25,7 +25,7 @@ input, they return or raise an :class:`~mq.errors.MQError`, nothing else.
 
 from __future__ import annotations
 
-from typing import Any, Generic, NamedTuple, TypedDict, TypeVar, cast
+from typing import Any, Final, Generic, NamedTuple, TypedDict, TypeVar, cast
 
 import msgpack
 
@@ -38,7 +38,7 @@ from mq.errors import (
     error_for_code,
 )
 from mq.wire import apis as _apis  # noqa: F401  (registers every API)
-from mq.wire.frames import encode_frame
+from mq.wire.frames import Buffer, encode_frame, encode_frame_parts, marker
 from mq.wire.limits import (
     FRAME_HEADER_BYTES,
     I16_MAX,
@@ -141,6 +141,80 @@ def encode_request(
     return encode_frame([api.key, version, correlation_id, client_id, body], max_frame_bytes)
 
 
+LIFT_AT: Final = 8 * 1024
+"""Record sets that come to this many bytes in one frame leave it uncopied
+(:func:`mq.wire.frames.encode_frame_parts`); smaller frames are one buffer."""
+
+
+def encode_request_parts(
+    api: Api[ReqT, Any],
+    version: int,
+    correlation_id: int,
+    client_id: str | None,
+    body: ReqT,
+    max_frame_bytes: int = MAX_FRAME_BYTES,
+) -> list[Buffer]:
+    """:func:`encode_request` as buffers to write in order, the record sets of a
+    produce request uncopied when they are large (:data:`LIFT_AT`)."""
+    if not api.supports(version):
+        raise UnsupportedVersionError(f"{api.name} has no version {version}")
+    lifted_body, lifted = _lift_records(body)
+    payload = [api.key, version, correlation_id, client_id, lifted_body]
+    if not lifted:
+        return [encode_frame(payload, max_frame_bytes)]
+    return encode_frame_parts(payload, lifted, max_frame_bytes)
+
+
+def encode_response_parts(
+    correlation_id: int,
+    error_code: int,
+    body: object,
+    max_frame_bytes: int = MAX_FRAME_BYTES,
+) -> list[Buffer]:
+    """:func:`encode_response` as buffers to write in order, the record sets of a
+    fetch response uncopied when they are large (:data:`LIFT_AT`)."""
+    lifted_body, lifted = _lift_records(body)
+    if not lifted:
+        return [encode_response(correlation_id, error_code, body, max_frame_bytes)]
+    parts = encode_frame_parts([correlation_id, error_code, lifted_body], lifted, max_frame_bytes)
+    _check_items(sum(len(p) for p in parts), [correlation_id, error_code, body])
+    return parts
+
+
+def _lift_records(body: object) -> tuple[object, list[Buffer]]:
+    """``body`` with every partition's ``records`` replaced by a marker, and the record
+    sets in marker order, when a body of ``topics`` → ``partitions`` → ``records``
+    (a produce request, a fetch response) carries at least :data:`LIFT_AT` bytes of
+    them; else ``body`` as it is and no record sets. Only bodies this process
+    built come here, so their shape is trusted."""
+    topics = body.get("topics") if isinstance(body, dict) else None
+    if not isinstance(topics, list):
+        return body, []
+    total = 0
+    for topic in topics:
+        partitions = topic.get("partitions") if isinstance(topic, dict) else None
+        if not isinstance(partitions, list):  # e.g. a metadata request's topic names
+            return body, []
+        for part in partitions:
+            records = part.get("records") if isinstance(part, dict) else None
+            if isinstance(records, bytes | bytearray | memoryview):
+                total += len(records)
+    if total < LIFT_AT:
+        return body, []
+    lifted: list[Buffer] = []
+    new_topics = []
+    for topic in topics:
+        parts = []
+        for part in topic.get("partitions", ()):
+            records = part.get("records")
+            if isinstance(records, bytes | bytearray | memoryview) and len(records):
+                part = {**part, "records": marker(len(lifted))}
+                lifted.append(records)
+            parts.append(part)
+        new_topics.append({**topic, "partitions": parts})
+    return {**cast(dict[str, Any], body), "topics": new_topics}, lifted
+
+
 def encode_response(
     correlation_id: int,
     error_code: int,
@@ -155,14 +229,18 @@ def encode_response(
     named 20,000 times); the server answers it with this error instead.
     """
     frame = encode_frame([correlation_id, error_code, body], max_frame_bytes)
+    _check_items(len(frame), [correlation_id, error_code, body])
+    return frame
+
+
+def _check_items(frame_size: int, payload: object) -> None:
     # every item takes at least a byte, so only a longer payload can have too many
-    too_long = len(frame) - FRAME_HEADER_BYTES > MAX_DECODED_ITEMS
-    if too_long and _items([correlation_id, error_code, body]) > MAX_DECODED_ITEMS:
+    too_long = frame_size - FRAME_HEADER_BYTES > MAX_DECODED_ITEMS
+    if too_long and _items(payload) > MAX_DECODED_ITEMS:
         raise FrameTooLargeError(
             f"the response has more than {MAX_DECODED_ITEMS} array items and map entries, "
             "more than a receiver decodes: ask for fewer topics, partitions or groups"
         )
-    return frame
 
 
 def _items(value: object) -> int:

@@ -188,6 +188,22 @@ class IndexFileMachine(RuleBasedStateMachine):
         self.offsets.mark_rewrite()
         self.times.mark_rewrite()
 
+    @rule()
+    def release(self) -> None:
+        """Serve from the file's map: it is persisted first; every later change reloads."""
+        self.offsets.release()
+        self.times.release()
+        self.file_offsets = list(self.model_offsets)
+        self.file_times = list(self.model_times)
+        assert self.offsets.released
+        assert self.times.released
+
+    @rule()
+    def close_map(self) -> None:
+        """A segment closed (or about to delete its files): the next lookup maps again."""
+        self.offsets.close_map()
+        self.times.close_map()
+
     @invariant()
     def memory_matches_model(self) -> None:
         assert entries_of(self.offsets) == self.model_offsets
@@ -282,3 +298,174 @@ def test_garbage_is_never_plausible_unless_it_is_ordered(garbage: bytes) -> None
         log_size = 1 << 31
         ordered = all(a[0] < b[0] and a[1] < b[1] for a, b in pairwise(pairs))
         assert index.plausible(log_size) is (ordered and pairs[-1][1] < log_size)
+
+
+# -- released indexes: lookups from the file's map ------------------------------------
+
+
+def offset_answers(index: OffsetIndex, probes: list[int]) -> list[object]:
+    """Every answer an offset index gives, as the segment asks for them."""
+    keys = list(index.keys)
+    positions = list(index.values)
+    near = [k + d for k in keys for d in (-1, 0, 1)] + [p + d for p in positions for d in (0, 1)]
+    log_sizes = [0, 1, *(p + d for p in positions[-1:] for d in (0, 1))]
+    return [
+        entries_of(index),
+        len(index),
+        index.increasing(),
+        [index.plausible(size) for size in log_sizes],
+        [(index.floor(p), index.position_for(p)) for p in [*probes, *near]],
+        [index.count_before_position(p) for p in [*probes, *near]],
+        index.keys[-1] if len(index) else None,
+    ]
+
+
+def time_answers(index: TimeIndex, probes: list[int]) -> list[object]:
+    stamps = list(index.keys)
+    offsets = list(index.values)
+    near = [t + d for t in stamps for d in (-1, 0, 1)]
+    return [
+        entries_of(index),
+        len(index),
+        index.increasing(),
+        index.max_timestamp,
+        [(index.floor(p), index.start_offset_for(p)) for p in [*probes, *near]],
+        [index.count_below_offset(o + d) for o in [0, *offsets] for d in (0, 1)],
+        index.values[-1] if len(index) else None,
+    ]
+
+
+def assert_no_entries_in_memory(index: SparseIndex) -> None:
+    assert index.released
+    assert index._keys is None
+    assert index._values is None
+
+
+@given(
+    offsets=offset_entries(),
+    times=time_entries(),
+    probes=st.lists(st.integers(-5, 2**62 + 5), max_size=30),
+)
+def test_released_index_answers_as_before(
+    offsets: list[tuple[int, int]], times: list[tuple[int, int]], probes: list[int]
+) -> None:
+    with scratch_dir() as directory:
+        offset_index = filled(OffsetIndex(directory / "0.index", DEFAULT_IO), offsets)
+        time_index = filled(TimeIndex(directory / "0.timeindex", DEFAULT_IO), times)
+        offset_probes = [p for p in probes if p <= U32]
+        before = offset_answers(offset_index, offset_probes), time_answers(time_index, probes)
+        offset_index.persist()
+        offset_index.release()
+        time_index.release()  # persists what the file does not have yet itself
+        for index in (offset_index, time_index):
+            assert_no_entries_in_memory(index)
+            assert index._map is None  # mapped on the first lookup, not before
+        after = offset_answers(offset_index, offset_probes), time_answers(time_index, probes)
+        assert after == before
+        for index in (offset_index, time_index):
+            assert_no_entries_in_memory(index)  # lookups did not bring the entries back
+            assert (index._map is not None) is bool(len(index))  # an empty file: no map
+        # the mapped columns behave as sequences, negative indexes included
+        for column, entries, field in (
+            (offset_index.keys, offsets, 0),
+            (time_index.values, times, 1),
+        ):
+            n = len(entries)
+            for i in range(-n - 2, n + 2):
+                if -n <= i < n:
+                    assert column[i] == entries[i][field]
+                else:
+                    with pytest.raises(IndexError):
+                        column[i]
+            assert column[1:-1] == [e[field] for e in entries[1:-1]]
+        offset_index.close_map()
+        time_index.close_map()
+        assert offset_index._map is None
+        assert time_index._map is None
+        assert offset_answers(offset_index, offset_probes) == before[0]  # maps again
+
+
+@given(
+    entries=offset_entries(max_size=40),
+    more=st.integers(0, 10),
+    cut=st.integers(0, 60),
+)
+def test_released_index_can_be_appended_to_and_cut_again(
+    entries: list[tuple[int, int]], more: int, cut: int
+) -> None:
+    """A sealed segment made active again (the last one after a restart) appends and truncates."""
+    with scratch_dir() as directory:
+        index = filled(OffsetIndex(directory / "0.index", DEFAULT_IO), entries)
+        index.release()
+        # map it, so that the append has a map to close
+        assert list(index.keys[-1:]) == [k for k, _ in entries[-1:]]
+        key, position = entries[-1] if entries else (-1, -1)
+        added = [(key + 1 + i, position + 1 + 10 * i) for i in range(more) if key + 1 + i <= U32]
+        filled(index, added)
+        expected = [*entries, *added]
+        if added:
+            assert not index.released
+            assert index._map is None
+        assert entries_of(index) == expected
+        index.keep(cut)
+        del expected[cut:]
+        index.persist()
+        fresh = OffsetIndex(index.path, DEFAULT_IO)
+        assert fresh.read_file()
+        assert entries_of(fresh) == expected
+        index.release()
+        assert entries_of(index) == expected
+
+
+def test_released_empty_index(tmp_path: Path) -> None:
+    index = TimeIndex(tmp_path / "0.timeindex", DEFAULT_IO)
+    index.release()  # writes the empty file
+    assert index.path.read_bytes() == b""
+    assert_no_entries_in_memory(index)
+    assert len(index) == 0
+    assert list(index.keys) == []
+    assert index.max_timestamp == -1
+    assert index.floor(5) is None
+    assert index.start_offset_for(5) == 0
+    assert index._map is None
+    index.append(7, 0)
+    assert entries_of(index) == [(7, 0)]
+
+
+def test_released_index_cleared_and_reread(tmp_path: Path) -> None:
+    index = filled(OffsetIndex(tmp_path / "0.index", DEFAULT_IO), [(0, 0), (4, 100), (9, 300)])
+    index.release()
+    assert index.position_for(5) == 100
+    index.clear()  # a truncation to the segment's start: nothing to read back
+    assert not index.released
+    assert index._map is None
+    assert len(index) == 0
+    index.persist()
+    assert index.path.read_bytes() == b""
+    write_entries(index.path, ">II", [(0, 0), (2, 50)])
+    index.release()
+    assert index.read_file()
+    assert entries_of(index) == [(0, 0), (2, 50)]
+
+
+def test_released_index_mark_rewrite_keeps_entries(tmp_path: Path) -> None:
+    index = filled(OffsetIndex(tmp_path / "0.index", DEFAULT_IO), [(0, 0), (4, 100)])
+    index.release()
+    index.mark_rewrite()
+    assert entries_of(index) == [(0, 0), (4, 100)]
+    index.path.write_bytes(b"junk")
+    index.persist()
+    assert list(struct.iter_unpack(">II", index.path.read_bytes())) == [(0, 0), (4, 100)]
+
+
+def test_released_index_delete_file_unmaps(tmp_path: Path) -> None:
+    index = filled(OffsetIndex(tmp_path / "0.index", DEFAULT_IO), [(0, 0), (4, 100)])
+    index.release()
+    assert index.position_for(9) == 100
+    mapped = index._map
+    assert mapped is not None
+    index.delete_file()
+    assert mapped.closed
+    assert not index.path.exists()
+    assert len(index) == 0
+    assert index.position_for(9) == 0
