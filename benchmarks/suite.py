@@ -227,7 +227,8 @@ def markdown(rows: Sequence[dict[str, Any]], repeat: int | None) -> str:
     out = [
         f"Measured {datetime.date.today().isoformat()} on {platform.machine()}, "
         f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {_versions()}; "
-        f"medians of {repeat or 'the default number of'} runs per workload.",
+        f"medians of {repeat or 'the default number of'} runs per workload; "
+        f"{_settings()}.",
         "",
         "| workload | system | durability | msg/s | MB/s | p50 ms | p99 ms | broker µs/msg "
         "| verified |",
@@ -245,6 +246,16 @@ def markdown(rows: Sequence[dict[str, Any]], repeat: int | None) -> str:
         )
     notes = skipped(rows)
     return "\n".join(out + (["", *notes] if notes else [])) + "\n"
+
+
+def _settings() -> str:
+    """What changes mq's figures besides the code: its C loops and malloc's reuse."""
+    from mq import allocator
+    from mq.storage import records
+
+    loops = "record loops in C" if records.USE_C else "record loops in pure Python"
+    reuse = "freed memory kept for reuse" if allocator.applied else "malloc's defaults"
+    return f"mq's {loops}, {reuse} (mq.allocator)"
 
 
 def _number(value: Any, spec: str) -> str:
