@@ -487,3 +487,31 @@ async def test_a_failing_on_append_callback_does_not_stop_the_writer(tmp_path: P
     assert (first.first_offset, second.last_offset) == (0, 2)
     assert [c.first_offset for c in calls] == [0, 1]
     await writer.close()
+
+
+async def test_a_lone_append_to_an_idle_writer_is_applied_in_the_call(tmp_path: Path) -> None:
+    writer = LogWriter(Log.open(tmp_path, CONFIG))
+    first = writer.submit_append(make_batch(0, 2))  # the task is not running yet: queued
+    assert not first.done()
+    assert (await first).first_offset == 0
+    await asyncio.sleep(0)  # the task waits for work again
+    lone = writer.submit_append(make_batch(0, 3))
+    assert lone.done()
+    assert lone.result().first_offset == 2
+    # behind a queued call, an append waits its turn (order is submission order)
+    call = writer.submit_call(lambda log: log.next_offset)
+    queued = writer.submit_append(make_batch(0, 1))
+    assert not queued.done()
+    assert (await call, (await queued).first_offset) == (5, 5)
+    await writer.close()
+
+
+async def test_flush_always_appends_never_skip_the_group_commit(tmp_path: Path) -> None:
+    writer = LogWriter(Log.open(tmp_path, ALWAYS))
+    await writer.append(make_batch(0, 1))
+    await asyncio.sleep(0)
+    pending = writer.submit_append(make_batch(0, 1))
+    assert not pending.done()  # acknowledged only once synced, by the task
+    assert (await pending).first_offset == 1
+    assert writer.log.unflushed_bytes == 0
+    await writer.close()
