@@ -76,7 +76,7 @@ def rows_of(bootstrap: str, topic: str, partitions: int, total: int) -> dict[int
                         r.offset,
                         datetime.datetime.fromtimestamp(r.timestamp / 1000, utc),
                         r.timestamp_type,
-                        r.headers,
+                        list(r.headers),  # PySpark wants a list for an array column
                     )
                     for r in records
                 ]
