@@ -39,12 +39,8 @@ from mq.storage.batch import (
     check_batch,
 )
 from mq.storage.compression import CODEC_NONE, decompress
-from mq.storage.records import (
-    DEFAULT_MAX_DECOMPRESSED,
-    MIN_RECORD_SIZE,
-    decode_records,
-    record_starts,
-)
+from mq.storage.record_loops import MIN_RECORD_SIZE, record_starts
+from mq.storage.records import DEFAULT_MAX_DECOMPRESSED, decode_records
 from spark_connector.schema import ARROW_SCHEMA, HEADERS_TYPE, to_arrow
 
 _PAD: Final = bytes(16)
@@ -182,7 +178,7 @@ def _record_starts(
     reads the length of the k-th record of every batch at once, with numpy.
     That costs a few numpy calls per step, cheaper than a Python step per
     record when there are many batches of few records (the usual fetch); for
-    a few big batches the Python walk (:func:`~mq.storage.records.record_starts`)
+    a few big batches the Python walk (:func:`~mq.storage.record_loops.record_starts`)
     is cheaper and is used instead.
     """
     total, longest = sum(counts), max(counts)

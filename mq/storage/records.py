@@ -22,7 +22,9 @@ varint holds an int32 in at most 5 bytes, a varlong an int64 in at most 10.
 one bytearray); :func:`build_batch` is a builder run over a list.
 :func:`decode_records` is the reader; it trusts nothing past the CRC check and
 raises :class:`CorruptRecordError` for any malformed record. The functions are
-pure; a builder is owned by one task at a time.
+pure; a builder is owned by one task at a time. The per-record loops run in C
+(``mq/storage/_speedups.c``) when it was built, else their Python versions in
+:mod:`mq.storage.record_loops`.
 """
 
 from __future__ import annotations
@@ -33,8 +35,19 @@ from typing import Any, Final, NamedTuple, TypeAlias
 
 from mq.errors import CorruptRecordError
 from mq.storage import batch as fmt
-from mq.storage.bulk import encode_values
+from mq.storage import record_loops as loops
 from mq.storage.compression import CODEC_NONE, CODEC_ZSTD, codec_name, compress, decompress
+from mq.storage.record_loops import (
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    INT64_MIN,
+    MIN_RECORD_SIZE,
+    put_headers,
+    put_nullable,
+    put_varint,
+    read_varint,
+)
 
 try:  # the C parser, which setup.py builds where a compiler is at hand
     from mq.storage import _speedups
@@ -51,20 +64,6 @@ DEFAULT_MAX_DECOMPRESSED: Final = 64 * 1024 * 1024
 ``max.message.bytes`` (1 MiB by default in Kafka) on the way in; 64 MiB leaves
 room for very compressible data while a decompression bomb costs at most that."""
 
-MIN_RECORD_SIZE: Final = 7
-"""The smallest encoded record: length, attributes, two deltas, null key, null
-value and zero headers, one byte each. Bounds a claimed recordsCount."""
-
-_ZIGZAG: Final = tuple((byte >> 1) ^ -(byte & 1) for byte in range(0x80))
-"""The value of each one-byte varint, looked up inline by the record parser."""
-_ZIGZAG2: Final = tuple((raw >> 1) ^ -(raw & 1) for raw in range(0x4000))
-"""The value of each two-byte varint by its 14 payload bits (low byte's 7, then the
-high byte's): record lengths, value sizes and timestamp deltas of most records."""
-_INT32_MIN: Final = -(1 << 31)
-_INT32_MAX: Final = (1 << 31) - 1
-_INT64_MIN: Final = -(1 << 63)
-_INT64_MAX: Final = (1 << 63) - 1
-
 
 class Record(NamedTuple):
     """One decoded record, offsets and timestamps made absolute."""
@@ -78,26 +77,26 @@ class Record(NamedTuple):
 
 def encode_varint(value: int) -> bytes:
     """Zigzag varint encoding of an int32."""
-    if not _INT32_MIN <= value <= _INT32_MAX:
+    if not INT32_MIN <= value <= INT32_MAX:
         raise ValueError(f"{value} does not fit a varint (int32)")
     out = bytearray()
-    _put_varint(out, value)
+    put_varint(out, value)
     return bytes(out)
 
 
 def encode_varlong(value: int) -> bytes:
     """Zigzag varint encoding of an int64."""
-    if not _INT64_MIN <= value <= _INT64_MAX:
+    if not INT64_MIN <= value <= INT64_MAX:
         raise ValueError(f"{value} does not fit a varlong (int64)")
     out = bytearray()
-    _put_varint(out, value)
+    put_varint(out, value)
     return bytes(out)
 
 
 def decode_varint(buf: Buffer, pos: int = 0) -> tuple[int, int]:
     """Decode the int32 varint at ``pos``; returns ``(value, next position)``."""
     try:
-        return _read_varint(buf, pos, 5)
+        return read_varint(buf, pos, 5)
     except IndexError:
         raise CorruptRecordError("varint is truncated") from None
 
@@ -105,7 +104,7 @@ def decode_varint(buf: Buffer, pos: int = 0) -> tuple[int, int]:
 def decode_varlong(buf: Buffer, pos: int = 0) -> tuple[int, int]:
     """Decode the int64 varlong at ``pos``; returns ``(value, next position)``."""
     try:
-        return _read_varint(buf, pos, 10)
+        return read_varint(buf, pos, 10)
     except IndexError:
         raise CorruptRecordError("varlong is truncated") from None
 
@@ -114,131 +113,8 @@ USE_C: Final = _speedups is not None and not os.environ.get("MQ_PURE_PYTHON")
 """Whether the record loops run in C: when built, unless the environment sets ``MQ_PURE_PYTHON``."""
 
 
-def _put_varint(out: bytearray, value: int) -> None:
-    """Append the zigzag varint of ``value`` (range checked by the caller)."""
-    zigzag = (value << 1) ^ (value >> 63)
-    while zigzag > 0x7F:
-        out.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    out.append(zigzag)
-
-
-def _put_nullable(out: bytearray, field: bytes | None) -> None:
-    """A length-prefixed field; -1 (zigzag 1) for null."""
-    if field is None:
-        out.append(1)
-    else:
-        _put_varint(out, len(field))
-        out += field
-
-
-def _put_headers(out: bytearray, headers: Sequence[Header]) -> None:
-    """Each header as a length-prefixed UTF-8 key and a nullable value (the count not included)."""
-    for header_key, header_value in headers:
-        if not isinstance(header_key, str):
-            raise TypeError(f"a header key is a str, not {type(header_key).__name__}")
-        encoded = header_key.encode()
-        _put_varint(out, len(encoded))
-        out += encoded
-        _put_nullable(out, header_value)
-
-
-def _read_varint(buf: Buffer, pos: int, max_bytes: int) -> tuple[int, int]:
-    """Decode a zigzag varint of at most ``max_bytes`` (5: int32, 10: int64).
-
-    Rejects encodings longer than ``max_bytes`` and values that do not fit the
-    type, as Kafka's reader does. One and two bytes, nearly every length and
-    delta, take the short paths. Truncation surfaces as :class:`IndexError` so
-    that the record parser can catch it once.
-    """
-    byte = buf[pos]
-    if byte < 0x80:
-        return _ZIGZAG[byte], pos + 1
-    raw = byte & 0x7F
-    byte = buf[pos + 1]
-    pos += 2
-    if byte < 0x80:
-        raw |= byte << 7
-        return (raw >> 1) ^ -(raw & 1), pos
-    raw |= (byte & 0x7F) << 7
-    shift = 14
-    for _ in range(max_bytes - 2):
-        byte = buf[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            if raw >> (32 if max_bytes == 5 else 64):
-                raise CorruptRecordError(f"varint {raw:#x} is out of range")
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-    raise CorruptRecordError(f"varint is longer than {max_bytes} bytes")
-
-
-def _append_record(
-    buf: bytearray,
-    ts_delta: int,
-    offset_delta: int,
-    key: bytes | None,
-    value: bytes | None,
-    headers: Sequence[Header],
-    limit: int,
-) -> bool:
-    """Encode one record at the end of ``buf``; with ``limit >= 0``, one that would take
-    ``buf`` past it is left out (False). ``mq/storage/_speedups.c`` has the C version."""
-    start = len(buf)
-    put = _put_varint
-    try:
-        # Two bytes for the length prefix (enough below 8 KiB), then the
-        # attributes byte, 0; the prefix is filled in once the length is known.
-        buf += b"\x00\x00\x00"
-        put(buf, ts_delta)
-        put(buf, offset_delta)
-        if key is None:
-            buf.append(1)  # zigzag(-1): null
-        else:
-            put(buf, len(key))
-            buf += key
-        if value is None:
-            buf.append(1)
-        else:
-            put(buf, len(value))
-            buf += value
-        put(buf, len(headers))
-        if headers:  # headerless records, the common case, skip the call
-            _put_headers(buf, headers)
-        length = len(buf) - start - 2
-        if length < 0x40:
-            buf[start] = length << 1
-            del buf[start + 1]
-        elif length < 0x2000:
-            buf[start] = ((length << 1) & 0x7F) | 0x80
-            buf[start + 1] = length >> 6
-        else:
-            buf[start : start + 2] = encode_varint(length)  # ValueError past int32
-    except BaseException:
-        del buf[start:]  # no half-written record stays behind
-        raise
-    if 0 <= limit < len(buf):
-        del buf[start:]
-        return False
-    return True
-
-
-def _append_values(
-    buf: bytearray,
-    values: Sequence[bytes | None],
-    start: int,
-    first_delta: int,
-    ts_delta: int,
-    limit: int,
-) -> int:
-    """Keyless, headerless records for ``values[start:]`` at the end of ``buf``, as many
-    as keep it within ``limit`` bytes (:func:`mq.storage.bulk.encode_values`); how many."""
-    data, added = encode_values(values, start, first_delta, ts_delta, limit - len(buf))
-    buf += data
-    return added
-
-
+_append_record = loops.append_record
+_append_values = loops.append_values
 append_record = _speedups.append_record if USE_C else _append_record
 """The record encoder :class:`BatchBuilder` runs: C when built, else Python."""
 append_values = _speedups.append_values if USE_C else _append_values
@@ -321,11 +197,11 @@ class BatchBuilder:
             raise RuntimeError("the batch is already built")
         count = self._count
         if count == 0:
-            if not _INT64_MIN <= timestamp_ms <= _INT64_MAX:
+            if not INT64_MIN <= timestamp_ms <= INT64_MAX:
                 raise ValueError(f"timestamp {timestamp_ms} does not fit an int64")
             self._base_timestamp = self._max_timestamp = timestamp_ms
         ts_delta = timestamp_ms - self._base_timestamp
-        if not _INT64_MIN <= ts_delta <= _INT64_MAX:
+        if not INT64_MIN <= ts_delta <= INT64_MAX:
             raise ValueError(f"timestamp {timestamp_ms} is too far from the batch's first")
 
         limit = max_batch_bytes if max_batch_bytes is not None and count else -1
@@ -354,11 +230,11 @@ class BatchBuilder:
             raise RuntimeError("the batch is already built")
         count = self._count
         if count == 0:
-            if not _INT64_MIN <= timestamp_ms <= _INT64_MAX:
+            if not INT64_MIN <= timestamp_ms <= INT64_MAX:
                 raise ValueError(f"timestamp {timestamp_ms} does not fit an int64")
             self._base_timestamp = self._max_timestamp = timestamp_ms
         ts_delta = timestamp_ms - self._base_timestamp
-        if not _INT64_MIN <= ts_delta <= _INT64_MAX:
+        if not INT64_MIN <= ts_delta <= INT64_MAX:
             raise ValueError(f"timestamp {timestamp_ms} is too far from the batch's first")
         added = append_values(self._buf, values, start, count, ts_delta, max_batch_bytes)
         self._count = count + added
@@ -455,15 +331,15 @@ def rebuild_batch(
     if not records:
         raise ValueError("a batch needs at least one record")
     body = bytearray()
-    put = _put_varint
+    put = put_varint
     for offset, timestamp, key, value, headers in records:
         record = bytearray(1)  # attributes: unused
         put(record, timestamp - base_timestamp)
         put(record, offset - header.base_offset)
-        _put_nullable(record, key)
-        _put_nullable(record, value)
+        put_nullable(record, key)
+        put_nullable(record, value)
         put(record, len(headers))
-        _put_headers(record, headers)
+        put_headers(record, headers)
         put(body, len(record))
         body += record
     codec = attributes & fmt.CODEC_MASK
@@ -530,6 +406,17 @@ def decode_records(
     return records
 
 
+def _parse_records(
+    data: bytes,
+    pos: int,
+    count: int,
+    header: fmt.BatchHeader,
+    shape: tuple[type[tuple[Any, ...]], str, int] | None = None,
+) -> tuple[list[Any], int]:
+    """The record parser in Python (:func:`mq.storage.record_loops.parse_records`)."""
+    return loops.parse_records(data, pos, count, header, shape, Record)
+
+
 def _parse_records_c(
     data: bytes,
     pos: int,
@@ -556,166 +443,5 @@ def _parse_records_c(
     )
 
 
-def _parse_records(
-    data: bytes,
-    pos: int,
-    count: int,
-    header: fmt.BatchHeader,
-    shape: tuple[type[tuple[Any, ...]], str, int] | None = None,
-) -> tuple[list[Any], int]:
-    """Parse ``count`` records from ``data[pos:]``: the hot loop of every consumer.
-
-    Each varint takes an inline path when it is one byte (``_ZIGZAG``) or two
-    (``_ZIGZAG2``), and :func:`_read_varint` otherwise. Field
-    overruns are not checked one by one: the slices stop at the end of
-    ``data``, positions keep counting, and the record's end must then match its
-    stated length. Truncation raises :class:`IndexError` for the caller.
-    """
-    records: list[Record] = []
-    add = records.append
-    read = _read_varint
-    zigzag = _ZIGZAG
-    zigzag2 = _ZIGZAG2
-    new_record: Any = tuple.__new__  # Record(...) through its Python __new__ is 2x slower
-    base_offset = header.base_offset
-    base_timestamp = header.base_timestamp
-    append_time = header.max_timestamp if header.attributes & fmt.TIMESTAMP_TYPE_BIT else None
-    timestamp_type = 0 if append_time is None else 1
-    kind, topic, partition = shape if shape is not None else (Record, "", 0)
-    last_delta = header.last_offset_delta
-    previous_delta = -1
-    end = len(data)
-    for _ in range(count):
-        # Each varint inline: one byte, two bytes (a table), else the general reader.
-        # Statements, not expressions: no tuple is built on the short paths.
-        if (b := data[pos]) < 0x80:
-            length = zigzag[b]
-            pos += 1
-        elif (c := data[pos + 1]) < 0x80:
-            length = zigzag2[(b & 0x7F) | (c << 7)]
-            pos += 2
-        else:
-            length, pos = read(data, pos, 5)
-        record_end = pos + length
-        if length < MIN_RECORD_SIZE - 1 or record_end > end:
-            raise CorruptRecordError(f"record length {length} is impossible here")
-        pos += 1  # attributes: unused
-        if (b := data[pos]) < 0x80:
-            ts_delta = zigzag[b]
-            pos += 1
-        elif (c := data[pos + 1]) < 0x80:
-            ts_delta = zigzag2[(b & 0x7F) | (c << 7)]
-            pos += 2
-        else:
-            ts_delta, pos = read(data, pos, 10)
-        if (b := data[pos]) < 0x80:
-            offset_delta = zigzag[b]
-            pos += 1
-        elif (c := data[pos + 1]) < 0x80:
-            offset_delta = zigzag2[(b & 0x7F) | (c << 7)]
-            pos += 2
-        else:
-            offset_delta, pos = read(data, pos, 5)
-        if not previous_delta < offset_delta <= last_delta:
-            raise CorruptRecordError(f"offset delta {offset_delta} after {previous_delta}")
-        previous_delta = offset_delta
-        if (b := data[pos]) == 1:  # -1: a null key, the usual case
-            key = None
-            pos += 1
-        else:
-            if b < 0x80:
-                size = zigzag[b]
-                pos += 1
-            elif (c := data[pos + 1]) < 0x80:
-                size = zigzag2[(b & 0x7F) | (c << 7)]
-                pos += 2
-            else:
-                size, pos = read(data, pos, 5)
-            key = data[pos : pos + size] if size >= 0 else _null(size)
-            pos += size if size > 0 else 0
-        if (b := data[pos]) < 0x80:
-            size = zigzag[b]
-            pos += 1
-        elif (c := data[pos + 1]) < 0x80:
-            size = zigzag2[(b & 0x7F) | (c << 7)]
-            pos += 2
-        else:
-            size, pos = read(data, pos, 5)
-        value = data[pos : pos + size] if size >= 0 else _null(size)
-        pos += size if size > 0 else 0
-        if (b := data[pos]) == 0:  # no headers, the usual case
-            pos += 1
-            size = 0
-        else:
-            size, pos = read(data, pos, 5)
-        headers: Any = ()
-        if size:
-            headers = []
-            if not 0 < size <= (record_end - pos) // 2:
-                raise CorruptRecordError(f"record claims {size} headers")
-            for _ in range(size):
-                key_size, pos = read(data, pos, 5)
-                if key_size < 0:
-                    raise CorruptRecordError(f"header key length {key_size}")
-                header_key = data[pos : pos + key_size].decode()
-                pos += key_size
-                value_size, pos = read(data, pos, 5)
-                header_value = (
-                    data[pos : pos + value_size] if value_size >= 0 else _null(value_size)
-                )
-                pos += value_size if value_size > 0 else 0
-                headers.append((header_key, header_value))
-            headers = tuple(headers)
-        if pos != record_end:
-            raise CorruptRecordError(f"record fields end {pos - record_end:+d} bytes off")
-        timestamp = base_timestamp + ts_delta if append_time is None else append_time
-        offset = base_offset + offset_delta
-        if shape is None:
-            add(new_record(Record, (offset, timestamp, key, value, headers)))
-        else:
-            fields = (topic, partition, offset, timestamp, key, value, headers, timestamp_type)
-            add(new_record(kind, fields))
-    return records, pos
-
-
 parse_records = _parse_records_c if USE_C else _parse_records
 """The record parser :func:`decode_records` runs: C when built, else Python."""
-
-
-def record_starts(
-    data: bytes, starts: Sequence[int], counts: Sequence[int], end: int | None = None
-) -> list[int]:
-    """Where each record begins (its length varint) in ``data``, for record sections at
-    ``starts`` holding ``counts`` records: the one sequential step of a columnar
-    decoder (each record's length says where the next begins).
-
-    Lengths are not checked here (the caller decodes them again, all at once,
-    and compares each record's end with the next one's start); a section that
-    does not end exactly where the next starts (or ``end``, default ``data``'s end) raises
-    :class:`CorruptRecordError`, a position past the end IndexError.
-    """
-    out: list[int] = []
-    add = out.append
-    read = _read_varint
-    zigzag, zigzag2 = _ZIGZAG, _ZIGZAG2
-    ends = [*starts[1:], len(data) if end is None else end]
-    for pos, count, stop in zip(starts, counts, ends, strict=True):
-        for _ in range(count):
-            add(pos)
-            if (b := data[pos]) < 0x80:
-                pos += zigzag[b] + 1
-            elif (c := data[pos + 1]) < 0x80:
-                pos += zigzag2[(b & 0x7F) | (c << 7)] + 2
-            else:
-                length, pos = read(data, pos, 5)
-                pos += length
-        if pos != stop:
-            raise CorruptRecordError(f"records end {pos - stop:+d} bytes off their section")
-    return out
-
-
-def _null(size: int) -> bytes | None:
-    """The value a negative length stands for: null for -1, corruption otherwise."""
-    if size != -1:
-        raise CorruptRecordError(f"negative length {size}")
-    return None
