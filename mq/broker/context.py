@@ -53,13 +53,29 @@ def by_topic(
 
 async def wait_for_any(partitions: Iterable[Partition], timeout_s: float) -> bool:
     """Wait (up to ``timeout_s``) for an append or a high-watermark move on any partition
-    still led here; False at once if there is none to wait on (a long poll's step)."""
-    waiters = [p.wait_for_data() for p in partitions if p.is_leader]
-    if not waiters:
+    still led here; False at once if there is none to wait on (a long poll's step).
+
+    One future for all the partitions: an append wakes the long poll's task in
+    the loop's next turn, before the appending produce's response goes out
+    (see :meth:`mq.broker.server.Connection._serve`).
+    """
+    led = [p for p in partitions if p.is_leader]
+    if not led:
         return False
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+    for partition in led:
+        partition.wait_for_data(waiter)
+    timer = loop.call_later(timeout_s, _time_up, waiter)
     try:
-        await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        await waiter
     finally:
-        for waiter in waiters:
-            waiter.cancel()
+        timer.cancel()
+        for partition in led:
+            partition.stop_waiting(waiter)
     return True
+
+
+def _time_up(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -309,12 +309,21 @@ class Partition:
 
     # -- waiting -----------------------------------------------------------------------------
 
-    def wait_for_data(self) -> asyncio.Future[None]:
-        """A future that completes at the next append or move of the high watermark."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    def wait_for_data(self, waiter: asyncio.Future[None] | None = None) -> asyncio.Future[None]:
+        """A future that completes at the next append or move of the high watermark.
+
+        ``waiter``: the caller's own future to complete instead, so that one long
+        poll waits on many partitions with one future; it stays registered until
+        woken or :meth:`stop_waiting`.
+        """
+        if waiter is None:
+            waiter = asyncio.get_running_loop().create_future()
+            waiter.add_done_callback(self._waiters.discard)
         self._waiters.add(waiter)
-        waiter.add_done_callback(self._waiters.discard)
         return waiter
+
+    def stop_waiting(self, waiter: asyncio.Future[None]) -> None:
+        self._waiters.discard(waiter)
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, set()
@@ -324,8 +333,7 @@ class Partition:
 
     async def close(self) -> None:
         self._step_down(Role.OFFLINE)
-        for waiter in self._waiters:
-            waiter.cancel()
+        self._wake()  # long polls look again, and find the partition gone
         await self.writer.close()
 
 

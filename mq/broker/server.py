@@ -190,8 +190,13 @@ class Connection(asyncio.Protocol):
         except Exception:
             log.exception("%s from %s failed", request.api.name, self.ctx.peer)
             frame = encode_error_response(cid, MQError(f"{request.api.name} failed on the broker"))
-        if request.api is apis_data.PRODUCE and request.body["acks"] == 0:
-            return  # acks=0: the producer expects no response
+        if request.api is apis_data.PRODUCE:
+            if request.body["acks"] == 0:
+                return  # acks=0: the producer expects no response
+            # After the long polls this append woke (their tasks run first in the loop's
+            # next turn): a consumer's fetch response does not queue behind the ack.
+            asyncio.get_running_loop().call_soon(self._write, frame)
+            return
         self._write(frame)
 
     def _request_done(self, task: asyncio.Task[None]) -> None:

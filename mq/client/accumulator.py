@@ -81,6 +81,8 @@ class RecordAccumulator:
         """The partitions the last :meth:`ready` found sendable, for :meth:`drain`."""
         self.flushing = 0
         """While positive, every batch is ready at once (flush or close in progress)."""
+        self.closed_full = 0
+        """How many batches were closed because a record did not fit (a count, never reset)."""
 
     # -- appending (the producer's send path) ---------------------------------------------
 
@@ -168,11 +170,14 @@ class RecordAccumulator:
         return batch
 
     def _close(self, batch: ProducerBatch, *, wake: bool = True) -> None:
+        """Close a batch: full (``wake``: the sender is told) or drained."""
         batch.close()
         if self.idempotent:
             self._next_sequence[batch.tp] = batch.base_sequence + batch.count
-        if wake and self._on_new_batch is not None:
-            self._on_new_batch(0.0)  # a full batch is ready now: wake the sender
+        if wake:
+            self.closed_full += 1
+            if self._on_new_batch is not None:
+                self._on_new_batch(0.0)  # a full batch is ready now: wake the sender
 
     # -- the sender's side -----------------------------------------------------------------
 

@@ -121,6 +121,8 @@ class Producer:
         self._sticky_batches: dict[str, ProducerBatch] = (
             {} if self._sticky is None else self._sticky.batches
         )
+        self._full_seen = 0
+        """The accumulator's ``closed_full`` when send() last yielded for a full batch."""
         self._started = False
         self._closed = False
         self._running = False
@@ -259,7 +261,13 @@ class Producer:
                     f"the record is {batch.size} bytes as a batch, "
                     f"more than max_request_size ({self._max_request_size})"
                 )
-            await asyncio.sleep(0)  # a batch was opened (another may be full): let the sender run
+            if acc.closed_full != self._full_seen:
+                # A batch was opened because another is full: let the sender take that one
+                # (a tight send loop never yields otherwise). A batch opened after the
+                # sender drained the last one does not yield: the records an application
+                # sends before it yields go in one request, however short the linger.
+                self._full_seen = acc.closed_full
+                await asyncio.sleep(0)
         return batch, index
 
     async def send_many(

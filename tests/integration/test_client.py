@@ -33,6 +33,7 @@ from mq.errors import (
 )
 from mq.storage.batch import iter_batches
 from mq.wire.apis_core import API_VERSIONS, METADATA, api_versions_body
+from mq.wire.apis_data import FETCH
 from mq.wire.frames import FrameDecoder
 from mq.wire.messages import decode_request, encode_response, unpack_request
 
@@ -85,6 +86,39 @@ async def test_send_and_wait_and_record_future_protocol(bootstrap: str) -> None:
         await asyncio.wait_for(late, 5)
         await asyncio.sleep(0)
         assert called == [late.result()]
+
+
+async def test_records_sent_in_one_loop_turn_go_in_one_batch(bootstrap: str) -> None:
+    # linger_ms=0 does not send the first record of a burst alone: the sender runs
+    # when the application yields (or when a batch is full)
+    topic = "one-turn"
+    async with asyncio.timeout(TEST_TIMEOUT_S):
+        async with admin(bootstrap) as a:
+            await a.create_topic(topic, partitions=1)
+        async with Producer(bootstrap, linger_ms=0, batch_size=1024) as producer:
+            for burst in (5, 3, 30):  # 30 of 100 B: more than a batch holds
+                values = [(b"%02d-%d" % (burst, i)).ljust(100, b".") for i in range(burst)]
+                sent = [await producer.send(topic, value) for value in values]
+                await asyncio.gather(*sent)
+        client = Client(bootstrap)
+        await client.start()
+        try:
+            part = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+            body = {
+                "max_wait_ms": 0,
+                "min_bytes": 1,
+                "max_bytes": 1 << 20,
+                "isolation_level": 0,
+                "topics": [{"name": topic, "partitions": [{**part, "current_leader_epoch": -1}]}],
+            }
+            response = await client.call_any(FETCH, body)
+        finally:
+            await client.close()
+    records = response["topics"][0]["partitions"][0]["records"]
+    counts = [header.records_count for header in iter_batches(records)]
+    assert counts[:2] == [5, 3]
+    assert sum(counts[2:]) == 30
+    assert len(counts) > 3  # the 30 went in several full batches
 
 
 async def test_keyed_records_land_on_their_partition_in_order(bootstrap: str) -> None:
