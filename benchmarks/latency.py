@@ -14,7 +14,8 @@ the two processes can compare their readings.
   rate`` (absolute deadlines: no drift). uvloop's timers tick in whole
   milliseconds (a shorter sleep is a busy poll), so the producer sleeps at
   least 1 ms and then sends every message that is due: at 5,000 msg/s they
-  leave in bursts of about 5, each stamped with its own send time. ``late
+  leave in bursts of about 5 (one produce request each), each stamped with
+  its own send time. ``late
   p99`` is how far sends trailed their due times (not part of the latency).
   Every 10th send's acknowledgement is timed too (``ack p50/p99``: the
   produce round trip, send() to ack, for comparison).
