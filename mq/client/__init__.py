@@ -13,7 +13,8 @@ Split by role, as aiokafka is (STYLE habit 11):
   decoding), :mod:`~mq.client.group` (membership), :mod:`~mq.client.listener`
   (rebalance callbacks) and :mod:`~mq.client.offsets`;
 * :mod:`mq.client.queue`: queues (share groups: receive, ack, nack, dead letters),
-  with :mod:`~mq.client.queue_messages` (messages, receipts, attributes);
+  with :mod:`~mq.client.queue_messages` (messages, receipts, attributes) and
+  :mod:`~mq.client.queue_poll` (receives in flight, messages kept between calls);
 * :mod:`mq.client.admin`; and :mod:`mq.client.sync`, blocking wrappers.
 """
 

@@ -26,9 +26,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -48,6 +46,7 @@ from mq.client.queue_messages import (
     messages_of,
     ms_of,
 )
+from mq.client.queue_poll import Poll, take
 from mq.client.types import RecordMetadata, TopicPartition
 from mq.errors import (
     InvalidConfigError,
@@ -71,10 +70,6 @@ from mq.wire.apis_queues import (
     RELEASE,
 )
 
-LEASE_MARGIN_MS = 200
-"""A kept message whose lease ends sooner than this is not handed out (it would expire
-before the caller could ack it)."""
-
 
 class _Retry(Exception):
     """Receipts of partitions whose leader could not settle them now (retriable)."""
@@ -83,15 +78,6 @@ class _Retry(Exception):
         super().__init__(error.message)
         self.receipts = receipts
         self.error = error
-
-
-@dataclass(eq=False)
-class _Poll:
-    """Receives of one (queue, group, filter, lease) in flight, and what they brought."""
-
-    buffer: deque[QueueMessage] = field(default_factory=deque)
-    inflight: dict[int, asyncio.Task[None]] = field(default_factory=dict)
-    error: MQError | None = None
 
 
 class QueueClient:
@@ -110,7 +96,7 @@ class QueueClient:
         )
         self._admin: Admin | None = None
         self._producer: Producer | None = None
-        self._polls: dict[tuple[Any, ...], _Poll] = {}
+        self._polls: dict[tuple[Any, ...], Poll] = {}
         self._starting: asyncio.Lock | None = None
 
     async def start(self) -> None:
@@ -336,13 +322,13 @@ class QueueClient:
         wanted = encode_filter(filter)
         lease = None if visibility_timeout is None else ms_of(visibility_timeout)
         key = (queue, group, frozen_filter(wanted), lease)
-        poll = self._polls.setdefault(key, _Poll())
+        poll = self._polls.setdefault(key, Poll())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, min(wait, MAX_WAIT_MS / 1000))
         asked = False
         kept = len(poll.buffer)  # from earlier calls: the lease margin applies to these only
         while True:
-            taken = _take(poll, max_messages, kept)
+            taken = take(poll, max_messages, kept)
             if taken:
                 return taken
             kept = 0
@@ -372,7 +358,7 @@ class QueueClient:
 
     async def _start_polls(
         self,
-        poll: _Poll,
+        poll: Poll,
         queue: str,
         group: str,
         wanted: dict[str, list[bytes]] | None,
@@ -404,7 +390,7 @@ class QueueClient:
             started.append(task)
         return started
 
-    async def _poll_once(self, poll: _Poll, node: int, body: dict[str, Any]) -> None:
+    async def _poll_once(self, poll: Poll, node: int, body: dict[str, Any]) -> None:
         timeout = body["max_wait_ms"] / 1000 + self._client.request_timeout_s
         try:
             response = await self._client.call(node, QUEUE_RECEIVE, body, timeout_s=timeout)
@@ -588,19 +574,3 @@ class QueueClient:
                 await self.ack(message)
                 moved += 1
         return moved
-
-
-def _take(poll: _Poll, max_messages: int, kept: int) -> list[QueueMessage]:
-    """Up to ``max_messages`` buffered messages still leased; the first ``kept`` (left from
-    earlier calls) only with :data:`LEASE_MARGIN_MS` of their lease left. Ones that just
-    came are handed out however short their lease (dropping them would spend a delivery
-    the caller never saw)."""
-    now = time.time() * 1000
-    taken: list[QueueMessage] = []
-    while poll.buffer and len(taken) < max_messages:
-        message = poll.buffer.popleft()
-        margin = LEASE_MARGIN_MS if kept > 0 else 0
-        kept -= 1
-        if message.lease_deadline_ms > now + margin:
-            taken.append(message)
-    return taken

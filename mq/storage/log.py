@@ -6,9 +6,14 @@ Directory ``<data>/<topic>-<partition>/`` holds the segments (see
 
 Durability is split in two so that a sync never blocks the event loop:
 :meth:`Log.begin_flush` (fast, on the owner's thread) snapshots what must reach
-the disk into a :class:`FlushJob`; ``job.run()`` does the blocking syncs and can
-run in a worker thread while appends continue; :meth:`Log.end_flush` records
-the result. :meth:`Log.flush` does all three in a row.
+the disk into a :class:`~mq.storage.flush.FlushJob`; ``job.run()`` does the
+blocking syncs and can run in a worker thread while appends continue;
+:meth:`Log.end_flush` records the result. :meth:`Log.flush` does all three in a row.
+
+Two groups of steps live in modules of their own, as functions that take the
+log as first argument, each called through the method of the same name:
+retention, delete-records and truncation in :mod:`mq.storage.retention`, and
+the log's side of compaction in :mod:`mq.storage.compaction`.
 
 A failed write or sync is sticky: the log raises :class:`StorageError` from
 then on, for appends and reads alike, until it is reopened (which recovers it).
@@ -23,29 +28,22 @@ import logging
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 from mq.errors import (
     InvalidRecordError,
-    MQError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     StorageError,
 )
-from mq.storage import cleaner, producers
-from mq.storage.batch import (
-    NO_PRODUCER_ID,
-    NO_TIMESTAMP,
-    BatchHeader,
-    iter_batches,
-    validate_produced,
-)
+from mq.storage import cleaner, compaction, producers, retention
+from mq.storage.batch import NO_PRODUCER_ID, BatchHeader, iter_batches, validate_produced
 from mq.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from mq.storage.config import LogConfig
 from mq.storage.epochs import LeaderEpochCache
 from mq.storage.fileio import DEFAULT_IO, FileIO
+from mq.storage.flush import FlushJob
 from mq.storage.records import decode_records
 from mq.storage.recovery import open_segments
 from mq.storage.segment import MAX_RELATIVE_OFFSET, Segment, Slice
@@ -65,42 +63,6 @@ class AppendInfo(NamedTuple):
     max_timestamp: int
     batches: int
     size: int
-
-
-@dataclass
-class FlushJob:
-    """Blocking syncs snapshotted by :meth:`Log.begin_flush`; safe to run in a thread."""
-
-    directory: Path
-    io: FileIO
-    sealed: list[Segment]
-    active_fd: int | None
-    active_size: int
-    active_generation: int
-    """Which file ``active_size`` is about (see :attr:`Log._generation`)."""
-    checkpoint: Checkpoint | None
-    error: OSError | None = field(default=None, init=False)
-
-    def run(self) -> None:
-        try:
-            for segment in self.sealed:
-                try:
-                    segment.sync()
-                except FileNotFoundError:
-                    pass  # deleted by retention meanwhile: nothing left to keep
-            if self.active_fd is not None:
-                self.io.fdatasync(self.active_fd)
-            if self.checkpoint is not None:
-                self.io.fsync_dir(self.directory)
-                write_checkpoint(self.directory, self.io, self.checkpoint)
-        except OSError as exc:
-            self.error = exc
-        finally:
-            if self.active_fd is not None:
-                try:
-                    self.io.close(self.active_fd)
-                except OSError as exc:
-                    self.error = self.error or exc
 
 
 class Log:
@@ -136,7 +98,7 @@ class Log:
         self.epochs = LeaderEpochCache(directory, io)
         """Where each leader epoch starts (loaded or rebuilt by :meth:`open`)."""
 
-    # -- opening and recovery -------------------------------------------------
+    # -- opening and recovery ---------------------------------------------------
 
     @classmethod
     def open(
@@ -216,7 +178,7 @@ class Log:
         self._check_online()
         headers = validate_produced(data, max_batch_bytes=self.config.max_message_bytes)
         if self.config.compact:
-            _require_keys(data, headers)
+            compaction.require_keys(data, headers)
         idempotent = any(h.producer_id != NO_PRODUCER_ID for h in headers)
         if idempotent:
             if len(headers) != 1:
@@ -456,7 +418,7 @@ class Log:
                 header = segment.find_timestamp(timestamp, header.next_offset)
         return None
 
-    # -- retention and truncation -----------------------------------------------
+    # -- retention and truncation (see mq.storage.retention) --------------------
 
     def enforce_retention(self) -> int:
         """Delete closed segments past ``retention.ms`` or over ``retention.bytes``.
@@ -464,143 +426,22 @@ class Log:
         Only whole segments from the oldest end go, never the active one.
         Returns how many were deleted.
         """
-        self._check_online()
-        cfg = self.config
-        if not cfg.delete:
-            return 0  # compact only: the cleaner keeps the log small
-        now = self._clock()
-        active = self._segments[-1]
-        if (
-            active.size
-            and cfg.retention_ms is not None
-            and now - self._newest_ms(active) > cfg.retention_ms
-        ):
-            try:  # everything expired: roll, so that the old active segment can go too
-                self._roll(active.next_offset)
-            except OSError as exc:
-                raise self._fail("roll", exc) from exc
-        total = self.size_bytes
-        doomed = 0
-        for segment in self._segments[:-1]:
-            too_old = (
-                cfg.retention_ms is not None and now - self._newest_ms(segment) > cfg.retention_ms
-            )
-            too_big = (
-                cfg.retention_bytes is not None and total - segment.size >= cfg.retention_bytes
-            )
-            if not (too_old or too_big):
-                break
-            total -= segment.size
-            doomed += 1
-        if doomed:
-            self._delete_oldest(doomed)
-        return doomed
-
-    def _newest_ms(self, segment: Segment) -> int:
-        if segment.max_timestamp != NO_TIMESTAMP:
-            return segment.max_timestamp
-        return self._io.mtime_ms(segment.path)
+        return retention.enforce_retention(self)
 
     def advance_log_start(self, offset: int) -> None:
         """Hide everything below ``offset`` (delete-records); whole segments below it go."""
-        self._check_online()
-        if offset <= self.log_start_offset:
-            return
-        if offset > self.next_offset:
-            raise OffsetOutOfRangeError(f"{offset} is past the log end {self.next_offset}")
-        self.log_start_offset = offset
-        self._trim_epochs()
-        doomed = 0
-        for segment in self._segments[:-1]:
-            if segment.next_offset > offset:
-                break
-            doomed += 1
-        self._delete_oldest(doomed)
-
-    def _delete_oldest(self, count: int) -> None:
-        try:
-            for segment in self._segments[:count]:
-                segment.delete()
-                log.info("%s: deleted segment %s", self.directory.name, segment)
-        except OSError as exc:
-            raise self._fail("delete", exc) from exc
-        self._unsynced = [s for s in self._unsynced if s not in self._segments[:count]]
-        del self._segments[:count]
-        del self._bases[:count]
-        self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
-        self._trim_epochs()
+        retention.advance_log_start(self, offset)
 
     def truncate_to(self, offset: int) -> None:
         """Drop every batch at or after ``offset`` (a follower diverging from its leader).
 
         Truncation lands on a batch boundary at or below ``offset``.
         """
-        self._check_online()
-        if offset >= self.next_offset:
-            # no batch to drop, but an epoch begun here with no append yet goes
-            try:
-                self.epochs.truncate_from_end(offset)
-            except OSError as exc:
-                raise self._fail("leader epoch checkpoint", exc) from exc
-            return
-        self._cut(offset)
+        retention.truncate_to(self, offset)
 
     def reset_to(self, offset: int) -> None:
-        """Drop everything and start empty at ``offset``, at or past the log end.
-
-        A follower whose whole log is below its leader's log start (retention
-        went on while it was away) starts again from there.
-        """
-        self._check_online()
-        if offset < self.next_offset:
-            raise ValueError(f"reset to {offset} is below the log end {self.next_offset}")
-        self._cut(offset, reset=True)
-
-    def _cut(self, offset: int, *, reset: bool = False) -> None:
-        try:
-            if reset or offset <= self.log_start_offset:
-                for segment in reversed(self._segments):
-                    segment.delete()
-                new = Segment.create(
-                    self.directory,
-                    offset,
-                    self._io,
-                    self.config.index_interval_bytes,
-                    self.config.segment_bytes,
-                )
-                self._segments, self._bases = [new], [offset]
-                self._unsynced = []
-                self.log_start_offset = offset
-            else:
-                i = bisect_right(self._bases, offset - 1) - 1
-                # newest first: a truncation cut short by a crash leaves a prefix, no hole
-                for segment in reversed(self._segments[i + 1 :]):
-                    segment.delete()
-                del self._segments[i + 1 :]
-                del self._bases[i + 1 :]
-                keep = self._segments[i]
-                self._unsynced = [
-                    s for s in self._unsynced if s is not keep and s in self._segments
-                ]
-                if not keep.active:
-                    keep.make_active(self.config.segment_bytes)
-                keep.truncate_to(offset)
-                keep.sync()  # the dropped batches must not come back after a power cut
-                # truncation lands on a batch boundary, which may be below the log start
-                self.log_start_offset = min(self.log_start_offset, keep.next_offset)
-            self._active_synced = self._segments[-1].size
-            self._generation += 1
-            self.producers.truncate(offset)
-            producers.drop_snapshots_after(self.directory, self._io, offset)
-            self.epochs.truncate_from_end(self.next_offset)
-            self.epochs.truncate_from_start(self.log_start_offset)
-            # recovery must re-check the truncated segment after a crash from now on,
-            # and every rolled segment that has not been synced yet
-            recover_from = min(s.base_offset for s in [*self._unsynced, self._segments[-1]])
-            self._checkpointed = Checkpoint(recover_from, False, self.log_start_offset)
-            write_checkpoint(self.directory, self._io, self._checkpointed)
-        except OSError as exc:
-            raise self._fail("truncate", exc) from exc
+        """Drop everything and start empty at ``offset``, at or past the log end."""
+        retention.reset_to(self, offset)
 
     # -- leader epochs ----------------------------------------------------------
 
@@ -641,102 +482,15 @@ class Log:
         self._check_online()
         return self.epochs.end_offset_for(epoch, self.next_offset)
 
-    # -- compaction -------------------------------------------------------------
+    # -- compaction (see mq.storage.compaction) ---------------------------------
 
     def begin_clean(self, *, max_keys: int = cleaner.DEFAULT_MAX_KEYS) -> cleaner.CleanJob | None:
-        """A compaction pass, if one is due (see :mod:`mq.storage.cleaner`); run it in a thread.
-
-        The range is the closed segments from the first on that the recovery
-        checkpoint covers and that are older than ``min.compaction.lag.ms``.
-        """
-        self._check_online()
-        cfg = self.config
-        if not cfg.compact:
-            return None
-        now = self._clock()
-        cleanable: list[Segment] = []
-        for segment in self._segments[:-1]:
-            if segment.base_offset >= self._checkpointed.recover_from or segment in self._unsynced:
-                break
-            if cfg.min_compaction_lag_ms and now - self._newest_ms(segment) < (
-                cfg.min_compaction_lag_ms
-            ):
-                break
-            cleanable.append(segment)
-        total = sum(s.size for s in cleanable)
-        dirty = sum(s.size for s in cleanable if s.next_offset > self._cleaner.clean_end)
-        horizon = self._cleaner.next_horizon
-        due = dirty > 0 and dirty >= cfg.min_cleanable_dirty_ratio * total
-        if not cleanable or not (due or (horizon is not None and now >= horizon)):
-            return None
-        return cleaner.CleanJob(
-            self.directory,
-            self._io,
-            cleanable,
-            [cleaner.Source(s.base_offset, s.next_offset, s.size, s.path) for s in cleanable],
-            cfg.index_interval_bytes,
-            cfg.segment_bytes,
-            cfg.delete_retention_ms,
-            now,
-            max_keys,
-        )
+        """A compaction pass, if one is due (see :mod:`mq.storage.cleaner`); run it in a thread."""
+        return compaction.begin_clean(self, max_keys=max_keys)
 
     def end_clean(self, job: cleaner.CleanJob) -> bool:
-        """Swap a finished pass in; False when it failed or the log changed under it.
-
-        A pass that failed (or found its segments gone) leaves the log as it
-        was. A failure during the swap itself takes the log offline: reopening
-        completes the swap (see :func:`mq.storage.cleaner.finish_swap`).
-        """
-        self._check_online()
-        n = len(job.segments)
-        unchanged = len(self._segments) > n and all(
-            a is b for a, b in zip(self._segments, job.segments, strict=False)
-        )
-        if job.error is not None or not unchanged:
-            if job.error is not None:
-                log.warning("%s: compaction failed: %s", self.directory.name, job.error)
-            try:
-                cleaner.prepare_cleaned_dir(self.directory, self._io)
-            except OSError as exc:
-                log.warning(
-                    "%s: cannot clear %s: %s", self.directory.name, cleaner.CLEANED_DIR, exc
-                )
-            return False
-        replaced = {base: o for o in job.outputs for base in o.replaces}
-        try:
-            if job.outputs:
-                cleaner.commit_swap(self.directory, self._io, job.outputs)
-            kept: list[Segment] = []
-            for old in job.segments:
-                output = replaced.get(old.base_offset)
-                if output is None:
-                    kept.append(old)
-                    continue
-                old.close()  # its files are gone; a reader's view keeps the old map alive
-                if output.base == old.base_offset:
-                    interval = self.config.index_interval_bytes
-                    kept.append(
-                        Segment.open_trusted(self.directory, old.base_offset, self._io, interval)
-                    )
-            self._segments[:n] = kept
-            self._bases[:n] = [s.base_offset for s in kept]
-            self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
-            self._cleaner = job.state
-            cleaner.write_state(self.directory, self._io, job.state)
-        except (OSError, MQError) as exc:
-            error = exc if isinstance(exc, OSError) else OSError(str(exc))
-            raise self._fail("compaction swap", error) from exc
-        log.info(
-            "%s: compacted %d segments into %d: %d bytes -> %d, %d records dropped",
-            self.directory.name,
-            n,
-            len(kept),
-            job.bytes_read,
-            job.bytes_written,
-            job.records_dropped,
-        )
-        return True
+        """Swap a finished pass in; False when it failed or the log changed under it."""
+        return compaction.end_clean(self, job)
 
     # -- closing ----------------------------------------------------------------
 
@@ -782,15 +536,3 @@ class Log:
             f"Log({self.directory.name}, [{self.log_start_offset}, {self.next_offset}), "
             f"{len(self._segments)} segments)"
         )
-
-
-def _require_keys(data: bytes | bytearray | memoryview, headers: list[BatchHeader]) -> None:
-    """A compacted log keeps the newest record per key: a record without one is refused."""
-    pos = 0
-    view = memoryview(data)
-    for header in headers:
-        if not header.is_control:
-            for record in decode_records(view[pos : pos + header.size]):
-                if record.key is None:
-                    raise InvalidRecordError("a compacted topic cannot take a record without a key")
-        pos += header.size

@@ -25,6 +25,7 @@ input, they return or raise an :class:`~mq.errors.MQError`, nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final, Generic, NamedTuple, TypedDict, TypeVar, cast
 
 import msgpack
@@ -277,31 +278,11 @@ class _TooManyItems(ValueError):
 def _unpack(payload: Payload, what: str) -> Any:
     """msgpack-decode a payload with every limit set, or raise ProtocolError."""
     size = len(payload) if not isinstance(payload, memoryview) else payload.nbytes
+    # Every item takes at least a byte: a payload this short cannot break the item
+    # budget, and is decoded without the counting hooks (a Python call per container,
+    # two thirds of the cost of decoding a small frame).
+    count = _item_counter() if size > MAX_DECODED_ITEMS else None
     try:
-        if size <= MAX_DECODED_ITEMS:
-            # Every item takes at least a byte: a payload this short cannot break the
-            # item budget, and is decoded without the counting hooks (a Python call per
-            # container, two thirds of the cost of decoding a small frame).
-            return msgpack.unpackb(
-                payload,
-                raw=False,
-                use_list=True,
-                strict_map_key=True,
-                max_bin_len=size,
-                max_str_len=min(size, MAX_STRING_BYTES),
-                max_array_len=min(size, MAX_LIST_LEN),
-                max_map_len=min(size // 2, MAX_LIST_LEN),
-                max_ext_len=0,
-            )
-        budget = MAX_DECODED_ITEMS
-
-        def count(container: Any) -> Any:
-            nonlocal budget
-            budget -= len(container)
-            if budget < 0:
-                raise _TooManyItems(f"more than {MAX_DECODED_ITEMS} array items and map entries")
-            return container
-
         return msgpack.unpackb(
             payload,
             raw=False,
@@ -319,6 +300,20 @@ def _unpack(payload: Payload, what: str) -> Any:
         # ValueError covers msgpack's ExtraData, FormatError, StackError,
         # OutOfData, limit breaches and invalid UTF-8; TypeError an unhashable key.
         raise ProtocolError(f"malformed {what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _item_counter() -> Callable[[Any], Any]:
+    """A msgpack hook that counts array items and map entries against the budget."""
+    budget = MAX_DECODED_ITEMS
+
+    def count(container: Any) -> Any:
+        nonlocal budget
+        budget -= len(container)
+        if budget < 0:
+            raise _TooManyItems(f"more than {MAX_DECODED_ITEMS} array items and map entries")
+        return container
+
+    return count
 
 
 def _int_in(value: object, lo: int, hi: int) -> bool:

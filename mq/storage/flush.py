@@ -1,0 +1,58 @@
+"""A log's durability step that may leave the event loop: the blocking syncs of a flush.
+
+:meth:`Log.begin_flush <mq.storage.log.Log.begin_flush>` (fast, on the log's
+owner) snapshots what must reach the disk into a :class:`FlushJob`: the rolled
+segments not synced yet, a duplicate of the active segment's descriptor and
+the recovery checkpoint to write once those are durable. :meth:`FlushJob.run`
+does the syncs and can run in a worker thread while appends continue;
+:meth:`Log.end_flush <mq.storage.log.Log.end_flush>` records the result (a
+failed job takes the log offline).
+
+Thread safety: the log's owner builds the job and reads its result; only
+``run`` may run on another thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mq.storage.checkpoint import Checkpoint, write_checkpoint
+from mq.storage.fileio import FileIO
+from mq.storage.segment import Segment
+
+
+@dataclass
+class FlushJob:
+    """Blocking syncs snapshotted by :meth:`~mq.storage.log.Log.begin_flush`; safe in a thread."""
+
+    directory: Path
+    io: FileIO
+    sealed: list[Segment]
+    active_fd: int | None
+    active_size: int
+    active_generation: int
+    """Which file ``active_size`` is about (see :attr:`~mq.storage.log.Log._generation`)."""
+    checkpoint: Checkpoint | None
+    error: OSError | None = field(default=None, init=False)
+
+    def run(self) -> None:
+        try:
+            for segment in self.sealed:
+                try:
+                    segment.sync()
+                except FileNotFoundError:
+                    pass  # deleted by retention meanwhile: nothing left to keep
+            if self.active_fd is not None:
+                self.io.fdatasync(self.active_fd)
+            if self.checkpoint is not None:
+                self.io.fsync_dir(self.directory)
+                write_checkpoint(self.directory, self.io, self.checkpoint)
+        except OSError as exc:
+            self.error = exc
+        finally:
+            if self.active_fd is not None:
+                try:
+                    self.io.close(self.active_fd)
+                except OSError as exc:
+                    self.error = self.error or exc
