@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint unit bench clean
 
-$(STAMP): setup.cfg setup.py pyproject.toml mq/storage/_speedups.c
+$(STAMP): setup.cfg setup.py pyproject.toml mq/records/_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[spark,test,dev,bench]'

@@ -1,18 +1,26 @@
-"""The optional C accelerator of the record format; everything else is in setup.cfg.
+"""The package list and the optional C accelerator; everything else is in setup.cfg.
+
+The ``cli/`` folder installs as the package ``mq_cli``: a top-level ``cli`` in
+site-packages would collide with any other distribution's package of that name.
 
 ``optional=True``: a machine without a C compiler or Python's headers installs
 mq all the same and runs the pure-Python record parser.
 """
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
 setup(
+    packages=[
+        *find_packages(include=["mq", "mq.*", "spark_connector", "spark_connector.*"]),
+        "mq_cli",
+    ],
+    package_dir={"mq_cli": "cli"},
     ext_modules=[
         Extension(
-            "mq.storage._speedups",
-            ["mq/storage/_speedups.c"],
+            "mq.records._speedups",
+            ["mq/records/_speedups.c"],
             optional=True,
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         )
-    ]
+    ],
 )

@@ -1,6 +1,6 @@
 """What the client benchmarks share: a real broker process, percentiles, CPU pressure.
 
-:class:`Broker` runs ``python -m cli.main serve --data-dir DIR --port 0`` (the
+:class:`Broker` runs ``python -m mq_cli.main serve --data-dir DIR --port 0`` (the
 broker's defaults: ``flush=interval``), waits up to 30 s for its ``mq
 listening on HOST:PORT`` line, and reads its CPU time from ``/proc/PID/stat``
 (W8). :func:`cpu_pressure_seconds` tells how long runnable tasks waited for a
@@ -28,7 +28,16 @@ class Broker:
 
     def __init__(self, data_dir: Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "serve", "--data-dir", str(data_dir), "--port", "0"],
+            [
+                sys.executable,
+                "-m",
+                "mq_cli.main",
+                "serve",
+                "--data-dir",
+                str(data_dir),
+                "--port",
+                "0",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )

@@ -2,7 +2,7 @@
 
 From ``BENCHMARKS.md``: W1 and W4 with replication factor 3, ``acks=all``, 3
 broker processes; the figure is the throughput ratio to RF=1. Both setups run
-on one :class:`cli.local_cluster.LocalCluster` (a real etcd and 3 ``mq serve
+on one :class:`mq.local_cluster.LocalCluster` (a real etcd and 3 ``mq serve
 --metadata etcd://... --node-id N`` processes on loopback, the brokers'
 default settings: ``flush=interval``), so the baseline takes the same cluster
 code path and differs only in its topic and its ``acks``:
@@ -64,8 +64,8 @@ import uvloop
 
 from benchmarks.client import payloads
 from benchmarks.common import cpu_pressure_seconds, percentile, process_cpu_seconds
-from cli.local_cluster import LocalCluster
 from mq import Admin, Producer, RecordFuture
+from mq.local_cluster import LocalCluster
 
 NODES = 3
 READY_TIMEOUT_S = 30.0

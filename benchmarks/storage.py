@@ -32,10 +32,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mq.storage.batch import parse_header
+from mq.records.batch import parse_header
+from mq.records.records import RecordInput, build_batch
 from mq.storage.config import FlushPolicy, LogConfig
 from mq.storage.log import Log
-from mq.storage.records import RecordInput, build_batch
 from mq.storage.writer import LogWriter
 
 MiB = 1 << 20

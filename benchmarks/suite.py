@@ -251,7 +251,7 @@ def markdown(rows: Sequence[dict[str, Any]], repeat: int | None) -> str:
 def _settings() -> str:
     """What changes mq's figures besides the code: its C loops and malloc's reuse."""
     from mq import allocator
-    from mq.storage import records
+    from mq.records import records
 
     loops = "record loops in C" if records.USE_C else "record loops in pure Python"
     reuse = "freed memory kept for reuse" if allocator.applied else "malloc's defaults"

@@ -1,6 +1,6 @@
 """``mq cluster``: a local development cluster in one command, and a cluster's status.
 
-``mq cluster up`` runs :class:`~cli.local_cluster.LocalCluster` (one etcd,
+``mq cluster up`` runs :class:`~mq.local_cluster.LocalCluster` (one etcd,
 N brokers on loopback) in the foreground until SIGINT or SIGTERM, then stops
 the brokers and etcd. ``mq cluster status`` asks any broker for the metadata
 of every topic and prints brokers, the controller, every partition's leader,
@@ -24,17 +24,18 @@ from typing import Any
 
 import click
 
-from cli.common import bootstrap_option, run
-from cli.local_cluster import (
+from mq.client.client import Client
+from mq.errors import error_for_code
+from mq.local_cluster import (
     NODE_KEYS,
     LocalCluster,
     LocalClusterError,
     Setting,
     etcd_binary,
 )
-from mq.client.client import Client
-from mq.errors import error_for_code
 from mq.wire.apis_core import MetadataResponse
+
+from .common import bootstrap_option, run
 
 MAX_LOCAL_NODES = 16
 """Brokers ``mq cluster up`` starts at most: each is a Python process of its own on

@@ -11,7 +11,8 @@ from typing import Any, Literal
 import click
 
 import mq
-from cli.common import bootstrap_option, run
+
+from .common import bootstrap_option, run
 
 POLL_MS = 500
 """Longest wait of one poll, so --timeout and Ctrl-C are noticed promptly."""

@@ -7,8 +7,9 @@ from typing import Literal
 import click
 
 import mq
-from cli.common import bootstrap_option, echo_table, run
 from mq.client.admin import GroupDescription
+
+from .common import bootstrap_option, echo_table, run
 
 
 @click.group()

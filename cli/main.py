@@ -3,7 +3,7 @@
 Each area of the command line is a module with its own group or command
 (:mod:`cli.storage` holds the storage admin tools); this module only sets up
 what every command shares, ``--version`` and ``-v`` logging, and adds them.
-The console script ``mq`` (see ``setup.cfg``) and ``python -m cli.main`` both
+The console script ``mq`` (see ``setup.cfg``) and ``python -m mq_cli.main`` both
 run :func:`main`.
 """
 
@@ -14,15 +14,16 @@ import logging
 import click
 
 import mq
-from cli.cluster import cluster
-from cli.consume import consume
-from cli.group import group
-from cli.produce import produce
-from cli.queue import ack, nack, queue, receive, send
-from cli.rebalance import rebalance
-from cli.serve import serve
-from cli.storage import storage
-from cli.topic import topic
+
+from .cluster import cluster
+from .consume import consume
+from .group import group
+from .produce import produce
+from .queue import ack, nack, queue, receive, send
+from .rebalance import rebalance
+from .serve import serve
+from .storage import storage
+from .topic import topic
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

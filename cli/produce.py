@@ -12,7 +12,8 @@ from typing import Literal
 import click
 
 import mq
-from cli.common import bootstrap_option, parse_pairs, run
+
+from .common import bootstrap_option, parse_pairs, run
 
 
 @click.command()

@@ -21,8 +21,9 @@ from typing import Any
 import click
 
 import mq
-from cli.common import bootstrap_option, echo_table, parse_pairs, run
-from cli.produce import _read_lines
+
+from .common import bootstrap_option, echo_table, parse_pairs, run
+from .produce import _read_lines
 
 SECONDS = click.FloatRange(min=0)
 group_option = click.option(

@@ -14,8 +14,9 @@ from __future__ import annotations
 import click
 
 import mq
-from cli.common import bootstrap_option, echo_table, run
 from mq.replication.placement import PartitionState, TopicPartitionKey, rebalance_plan
+
+from .common import bootstrap_option, echo_table, run
 
 
 def _fmt(replicas: tuple[int, ...]) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from mq.storage.batch import NO_TIMESTAMP
+from mq.records.batch import NO_TIMESTAMP
 from mq.storage.verify import BadBatch, BatchInfo, Damage, DumpEntry, dump_segment, verify
 
 log = logging.getLogger(__name__)

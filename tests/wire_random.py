@@ -23,9 +23,9 @@ import msgpack
 from wire_strategies import slots, wrong_values
 
 from mq.broker.catalog import TOPIC_CONFIG_KEYS
-from mq.storage import batch as fmt
-from mq.storage.compression import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD
-from mq.storage.records import Header, build_batch
+from mq.records import batch as fmt
+from mq.records.compression import CODEC_GZIP, CODEC_LZ4, CODEC_NONE, CODEC_SNAPPY, CODEC_ZSTD
+from mq.records.records import Header, build_batch
 from mq.wire import limits
 from mq.wire.nodes import (
     REQUIRED,

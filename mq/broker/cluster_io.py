@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from mq.errors import error_for_code
-from mq.storage.batch import iter_batches
+from mq.records.batch import iter_batches
 from mq.wire.apis_data import FETCH, PRODUCE
 from mq.wire.apis_replication import INTERNAL_APPEND
 

@@ -36,7 +36,7 @@ from mq.errors import (
     NotCoordinatorError,
 )
 from mq.groups.assignors import TopicPartition
-from mq.storage.records import RecordInput, build_batch, decode_records
+from mq.records.records import RecordInput, build_batch, decode_records
 from mq.storage.segment import Slice
 
 log = logging.getLogger(__name__)

@@ -53,8 +53,8 @@ from mq.queues.share_partition import (
     ShareConfig,
     SharePartition,
 )
-from mq.storage.batch import split_batches
-from mq.storage.records import RecordInput, build_batch, decode_records
+from mq.records.batch import split_batches
+from mq.records.records import RecordInput, build_batch, decode_records
 
 if TYPE_CHECKING:
     from mq.broker.broker import Broker

@@ -28,8 +28,8 @@ import msgpack
 from mq.broker import cluster_io
 from mq.broker.catalog import SHARE_STATE_TOPIC
 from mq.errors import CorruptRecordError
-from mq.storage.batch import split_batches
-from mq.storage.records import build_batch, decode_records
+from mq.records.batch import split_batches
+from mq.records.records import build_batch, decode_records
 
 if TYPE_CHECKING:
     from mq.broker.broker import Broker

@@ -4,7 +4,7 @@ Pure bookkeeping (no I/O, no event loop; times are seconds passed in by the
 caller), so it is tested alone; a batch is a
 :class:`~mq.client.producer_batch.ProducerBatch`. The producer's ``send()`` appends each record
 to its partition's open :class:`ProducerBatch`, which encodes it at once
-into a :class:`~mq.storage.records.BatchBuilder` — the one pass of encoding a
+into a :class:`~mq.records.records.BatchBuilder` — the one pass of encoding a
 record ever gets. The producer's sender task asks :meth:`RecordAccumulator.ready`
 which brokers have something to send, and :meth:`RecordAccumulator.drain`
 hands it the batches for one produce request per broker.
@@ -35,8 +35,8 @@ from typing import Final
 
 from mq.client.producer_batch import ProducerBatch
 from mq.client.types import TopicPartition
-from mq.storage.compression import CODEC_NONE
-from mq.storage.records import BatchBuilder, Header
+from mq.records.compression import CODEC_NONE
+from mq.records.records import BatchBuilder, Header
 
 DEFAULT_BUFFER_BYTES: Final = 32 * 1024 * 1024
 """Kafka's ``buffer.memory``: bytes of records a producer holds before send() waits."""

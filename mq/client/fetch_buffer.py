@@ -3,7 +3,7 @@
 A fetch response's record batches are kept as they came (:meth:`PartitionState.append`
 reads only their headers, to know where the next fetch starts). Records are
 decoded one batch at a time when the application takes them
-(:meth:`PartitionState.take`), with :func:`~mq.storage.records.decode_records`,
+(:meth:`PartitionState.take`), with :func:`~mq.records.records.decode_records`,
 which checks each batch's CRC; records below the position (the first batch of
 a fetch may start before it) and control batches are skipped.
 
@@ -20,8 +20,8 @@ from typing import NamedTuple
 
 from mq.client.types import ConsumerRecord, TopicPartition
 from mq.errors import MQError
-from mq.storage.batch import CONTROL_BIT, LOG_OVERHEAD, RECORDS_AT
-from mq.storage.records import decode_records
+from mq.records.batch import CONTROL_BIT, LOG_OVERHEAD, RECORDS_AT
+from mq.records.records import decode_records
 
 _HEAD = struct.Struct(">qi")  # baseOffset, batchLength
 _ATTRS_AT = 21

@@ -38,8 +38,8 @@ from mq.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
-from mq.storage.compression import CODEC_NONE, codec_by_name
-from mq.storage.records import Header
+from mq.records.compression import CODEC_NONE, codec_by_name
+from mq.records.records import Header
 from mq.wire.apis_data import INIT_PRODUCER_ID
 
 Acks = Literal["all", -1, 0, 1]
@@ -283,7 +283,7 @@ class Producer:
         The records go in the order of ``values`` (to ``partition``, or with
         the sticky partitioner a batch's worth to each partition, as keyless
         :meth:`send` calls would), all with one timestamp. Each batch is filled
-        in one pass (:func:`mq.storage.bulk.encode_values`) instead of one
+        in one pass (:func:`mq.records.bulk.encode_values`) instead of one
         call per record, several times cheaper. Await the result for every
         record's :class:`RecordMetadata`, in order. A record too large for a
         batch raises as in :meth:`send`; the records before it are sent.

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 
 from mq.client.types import TopicPartition
 from mq.errors import MQError
-from mq.storage.batch import parse_header, write_header
-from mq.storage.records import BatchBuilder, Header
+from mq.records.batch import parse_header, write_header
+from mq.records.records import BatchBuilder, Header
 
 
 class ProducerBatch:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from mq.errors import InvalidReceiptError
-from mq.storage.batch import split_batches
-from mq.storage.records import decode_records
+from mq.records.batch import split_batches
+from mq.records.records import decode_records
 
 
 class Receipt(NamedTuple):

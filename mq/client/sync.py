@@ -39,7 +39,7 @@ from mq.client.fetch_buffer import RawRecords
 from mq.client.producer import Producer
 from mq.client.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
 from mq.errors import RequestTimedOutError
-from mq.storage.records import Header
+from mq.records.records import Header
 from mq.wire.apis_core import ConfigEntry
 
 T = TypeVar("T")

@@ -57,7 +57,7 @@ class ShareConfig:
 
 
 class RecordMeta(NamedTuple):
-    """What the share state needs of a record (:class:`mq.storage.records.Record` fits)."""
+    """What the share state needs of a record (:class:`mq.records.records.Record` fits)."""
 
     offset: int
     timestamp: int

@@ -53,13 +53,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mq.errors import CorruptRecordError, MQError
-from mq.storage.batch import (
+from mq.records.batch import (
     DELETE_HORIZON_BIT,
     BatchHeader,
     iter_batches,
 )
+from mq.records.records import decode_records, rebuild_batch
 from mq.storage.fileio import FileIO
-from mq.storage.records import decode_records, rebuild_batch
 from mq.storage.segment import MAX_RELATIVE_OFFSET, Segment, segment_name
 
 log = logging.getLogger(__name__)

@@ -17,9 +17,9 @@ import logging
 from typing import TYPE_CHECKING
 
 from mq.errors import InvalidRecordError, MQError
+from mq.records.batch import BatchHeader
+from mq.records.records import decode_records
 from mq.storage import cleaner
-from mq.storage.batch import BatchHeader
-from mq.storage.records import decode_records
 from mq.storage.retention import newest_ms
 from mq.storage.segment import Segment
 

@@ -37,14 +37,14 @@ from mq.errors import (
     RecordTooLargeError,
     StorageError,
 )
+from mq.records.batch import NO_PRODUCER_ID, BatchHeader, iter_batches, validate_produced
+from mq.records.records import decode_records
 from mq.storage import cleaner, compaction, producers, retention
-from mq.storage.batch import NO_PRODUCER_ID, BatchHeader, iter_batches, validate_produced
 from mq.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from mq.storage.config import LogConfig
 from mq.storage.epochs import LeaderEpochCache
 from mq.storage.fileio import DEFAULT_IO, FileIO
 from mq.storage.flush import FlushJob
-from mq.storage.records import decode_records
 from mq.storage.recovery import open_segments
 from mq.storage.segment import MAX_RELATIVE_OFFSET, Segment, Slice
 

@@ -36,7 +36,7 @@ from mq.errors import (
     OutOfOrderSequenceError,
     UnknownProducerIdError,
 )
-from mq.storage.batch import NO_PRODUCER_ID, BatchHeader
+from mq.records.batch import NO_PRODUCER_ID, BatchHeader
 from mq.storage.fileio import FileIO
 
 log = logging.getLogger(__name__)

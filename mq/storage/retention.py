@@ -22,8 +22,8 @@ from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from mq.errors import OffsetOutOfRangeError
+from mq.records.batch import NO_TIMESTAMP
 from mq.storage import producers
-from mq.storage.batch import NO_TIMESTAMP
 from mq.storage.checkpoint import Checkpoint, write_checkpoint
 from mq.storage.segment import Segment
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mq.errors import CorruptRecordError
-from mq.storage.batch import (
+from mq.records.batch import (
     HEADER_SIZE,
     NO_TIMESTAMP,
     BatchHeader,

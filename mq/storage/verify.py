@@ -9,7 +9,7 @@ repaired: the point is to see what recovery would see before it truncates.
   mismatch keeps the batch boundaries and the walk goes on; a broken length, a
   bad magic byte or a partial batch loses them and ends it with :class:`Damage`.
 * :func:`verify` checks a segment, a partition dir or a data dir the way
-  recovery does (:func:`mq.storage.batch.scan`: structure, magic, CRC, offsets
+  recovery does (:func:`mq.records.batch.scan`: structure, magic, CRC, offsets
   never going back, across segments too); it reports each partition's first
   bad batch.
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeAlias
 
-from mq.storage.batch import (
+from mq.records.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
@@ -40,7 +40,7 @@ from mq.storage.batch import (
     parse_header,
     scan,
 )
-from mq.storage.compression import CODEC_NAMES
+from mq.records.compression import CODEC_NAMES
 
 SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 """A segment's file name: its base offset, 20 digits zero-padded."""

@@ -2,7 +2,7 @@
 
 produce and fetch are the broker's hot path: their bodies are a few maps per
 partition around one msgpack ``bin`` of record batches (Kafka RecordBatch v2,
-see :mod:`mq.storage.batch`), so validating one costs per partition, never per
+see :mod:`mq.records.batch`), so validating one costs per partition, never per
 record, and the batches are neither parsed nor copied by the wire layer beyond
 msgpack's own copy.
 """

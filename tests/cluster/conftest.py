@@ -9,7 +9,7 @@ import pytest
 from cluster_helpers import CLUSTER_SETTINGS
 from etcd_process import EtcdProcess
 
-from cli.local_cluster import LocalCluster
+from mq.local_cluster import LocalCluster
 from mq.replication.etcd_store import EtcdStore
 from mq.replication.local_store import LocalStore
 from mq.replication.store import MetadataStore

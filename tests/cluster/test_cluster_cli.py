@@ -34,7 +34,7 @@ _BOOTSTRAP = re.compile(r"^mq cluster up: bootstrap (\S+)$")
 
 
 def _mq(*args: str) -> list[str]:
-    return [sys.executable, "-m", "cli.main", *args]
+    return [sys.executable, "-m", "mq_cli.main", *args]
 
 
 def _children(pid: int) -> set[int]:

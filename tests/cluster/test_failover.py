@@ -21,8 +21,8 @@ import pytest
 from client_helpers import consume
 from cluster_helpers import partition_state, wait_until
 
-from cli.local_cluster import LocalCluster
 from mq import Admin, Consumer, Producer, TopicPartition
+from mq.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.slow
 

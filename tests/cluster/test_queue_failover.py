@@ -15,8 +15,8 @@ import time
 import pytest
 from cluster_helpers import partition_state, wait_until
 
-from cli.local_cluster import LocalCluster
 from mq import QueueClient, QueueMessage
+from mq.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.slow
 

@@ -22,11 +22,11 @@ from cluster_helpers import (
     replica_batches,
     wait_until,
 )
+from mq_cli.main import main
 
-from cli.local_cluster import LocalCluster
-from cli.main import main
 from mq import Admin, Consumer, Producer, TopicPartition
 from mq.errors import NotEnoughReplicasError
+from mq.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.slow
 

@@ -35,8 +35,8 @@ from live_fuzz import KnownLog, Lane, Record
 from wire_random import KNOWN_TOPIC, OFFSETS_TOPIC, SCRATCH_TOPICS
 
 import mq
-from mq.storage import batch as fmt
-from mq.storage.records import Header, decode_records
+from mq.records import batch as fmt
+from mq.records.records import Header, decode_records
 from mq.wire import apis_core, apis_data
 from mq.wire.frames import FrameDecoder
 from mq.wire.messages import decode_response, encode_request

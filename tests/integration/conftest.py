@@ -2,7 +2,7 @@
 
 ``broker`` (one ``mq serve`` per test module, in ``tests/conftest.py``) and
 ``own_broker``, a fresh one per test, for tests that kill or restart it.
-Each runs ``python -m cli.main serve --data-dir DIR --port 0`` on loopback,
+Each runs ``python -m mq_cli.main serve --data-dir DIR --port 0`` on loopback,
 waits (bounded) for its ``mq listening on HOST:PORT`` line, and is stopped
 with SIGTERM, then SIGKILL if it has not exited within a bounded wait.
 """

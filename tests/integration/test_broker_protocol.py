@@ -15,7 +15,7 @@ import pytest
 from broker_process import BrokerProcess
 
 from mq.errors import InvalidRequestError
-from mq.storage.records import build_batch, decode_records
+from mq.records.records import build_batch, decode_records
 from mq.wire import apis_core, apis_data, apis_groups
 from mq.wire.frames import FrameDecoder
 from mq.wire.messages import decode_response, encode_request, unpack_response

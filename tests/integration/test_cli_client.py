@@ -17,7 +17,7 @@ def mq(
 ) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "MQ_BOOTSTRAP": bootstrap}
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
+        [sys.executable, "-m", "mq_cli.main", *args],
         input=stdin,
         capture_output=True,
         env=env,

@@ -18,8 +18,7 @@ import uuid
 from typing import Any
 
 from click.testing import CliRunner, Result
-
-from cli.main import main
+from mq_cli.main import main
 
 COMMAND_TIMEOUT_S = 60
 SETTLE_TIMEOUT_S = 15
@@ -49,7 +48,7 @@ def mq_process(
 ) -> subprocess.CompletedProcess[bytes]:
     env = {**os.environ, "MQ_BOOTSTRAP": bootstrap}
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
+        [sys.executable, "-m", "mq_cli.main", *args],
         input=stdin,
         capture_output=True,
         env=env,

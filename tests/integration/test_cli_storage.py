@@ -18,13 +18,13 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+import mq_cli.storage
 import pytest
 from click.testing import CliRunner, Result
+from mq_cli.main import main
 
-import cli.storage
 import mq
-from cli.main import main
-from mq.storage.batch import LENGTH_AT, RECORDS_AT, set_base_offset
+from mq.records.batch import LENGTH_AT, RECORDS_AT, set_base_offset
 from mq.storage.config import LogConfig
 from mq.storage.log import Log
 
@@ -234,9 +234,9 @@ def test_an_unreadable_file_is_a_clean_error(
         yield refuse(path)
 
     if command == "dump":
-        monkeypatch.setattr(cli.storage, "dump_segment", refuse_lazily)
+        monkeypatch.setattr(mq_cli.storage, "dump_segment", refuse_lazily)
     else:
-        monkeypatch.setattr(cli.storage, "verify", refuse)
+        monkeypatch.setattr(mq_cli.storage, "verify", refuse)
     result = invoke("storage", command, segment)
     assert result.exit_code == 1
     assert result.stderr == f"Error: cannot read {segment}: Permission denied\n"
@@ -247,7 +247,7 @@ def test_version_and_verbose_logging(segment: Path) -> None:
     quiet = invoke("storage", "verify", segment)
     loud = invoke("-v", "storage", "verify", segment)
     assert "verifying" not in quiet.stderr
-    assert f"INFO cli.storage: verifying {segment}" in loud.stderr
+    assert f"INFO mq_cli.storage: verifying {segment}" in loud.stderr
     assert loud.stdout == quiet.stdout
 
 

@@ -31,7 +31,7 @@ from mq.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
-from mq.storage.batch import iter_batches
+from mq.records.batch import iter_batches
 from mq.wire.apis_core import API_VERSIONS, METADATA, api_versions_body
 from mq.wire.apis_data import FETCH
 from mq.wire.frames import FrameDecoder

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from cli.local_cluster import BrokerProcess
 from mq import QueueClient, QueueMessage
 from mq.errors import MQError
+from mq.local_cluster import BrokerProcess
 from mq.queues import headers as qh
 
 TEST_TIMEOUT_S = 90

@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from mq.storage.batch import set_base_offset
+from mq.records.batch import set_base_offset
 
 with warnings.catch_warnings():
     # kafka-python 3 loads its protocol schemas with importlib.resources' legacy

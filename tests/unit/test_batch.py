@@ -1,6 +1,6 @@
-"""Unit tests of the RecordBatch v2 header module, mq.storage.batch.
+"""Unit tests of the RecordBatch v2 header module, mq.records.batch.
 
-Batches come from mq.storage.records.build_batch; damaged ones are made by
+Batches come from mq.records.records.build_batch; damaged ones are made by
 rewriting header fields with a struct and a CRC written here, independently of
 the module under test.
 """
@@ -20,8 +20,8 @@ from mq.errors import (
     RecordTooLargeError,
     UnsupportedCompressionError,
 )
-from mq.storage import batch
-from mq.storage.records import build_batch, decode_records
+from mq.records import batch
+from mq.records.records import build_batch, decode_records
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 FIELDS = batch.BatchHeader._fields

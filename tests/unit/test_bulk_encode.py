@@ -1,4 +1,4 @@
-"""``BatchBuilder.append_values`` (``mq.storage.bulk``) encodes exactly what ``append`` does."""
+"""``BatchBuilder.append_values`` (``mq.records.bulk``) encodes exactly what ``append`` does."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mq.storage.bulk import TABLE_SIZE, encode_values, varint
-from mq.storage.records import BatchBuilder, decode_records, encode_varlong
+from mq.records.bulk import TABLE_SIZE, encode_values, varint
+from mq.records.records import BatchBuilder, decode_records, encode_varlong
 
 value_st = st.none() | st.binary(max_size=40) | st.sampled_from([b"v" * 8_200, b"w" * 20_000])
 

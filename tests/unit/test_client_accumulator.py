@@ -10,9 +10,9 @@ from mq.client.accumulator import RecordAccumulator
 from mq.client.producer_batch import ProducerBatch
 from mq.client.types import TopicPartition
 from mq.errors import NetworkError
-from mq.storage.batch import parse_header
-from mq.storage.compression import CODEC_GZIP
-from mq.storage.records import decode_records
+from mq.records.batch import parse_header
+from mq.records.compression import CODEC_GZIP
+from mq.records.records import decode_records
 
 T0 = TopicPartition("t", 0)
 T1 = TopicPartition("t", 1)

@@ -11,8 +11,8 @@ from mq.client.fetch_buffer import walk as _walk
 from mq.client.fetcher import Fetcher
 from mq.client.types import TopicPartition
 from mq.errors import CorruptRecordError, OffsetOutOfRangeError
-from mq.storage.batch import CONTROL_BIT, parse_header, set_base_offset, write_header
-from mq.storage.records import build_batch
+from mq.records.batch import CONTROL_BIT, parse_header, set_base_offset, write_header
+from mq.records.records import build_batch
 
 TP = TopicPartition("t", 0)
 

@@ -19,7 +19,7 @@ from mq.client.fetcher import Fetcher
 from mq.client.group import GroupMember
 from mq.client.types import TopicPartition
 from mq.errors import UnknownMemberIdError
-from mq.storage.records import build_batch
+from mq.records.records import build_batch
 from mq.wire.apis_groups import HEARTBEAT, LEAVE_GROUP, OFFSET_COMMIT
 
 TOPIC = "t"

@@ -15,10 +15,10 @@ from typing import Any, ClassVar
 
 import pytest
 from click.testing import CliRunner
+from mq_cli.rebalance import rebalance
+from mq_cli.topic import topic
 
 import mq
-from cli.rebalance import rebalance
-from cli.topic import topic
 from mq.broker import handlers_cluster
 from mq.broker.context import RequestContext
 from mq.client.admin import Admin, ClusterDescription, PartitionDescription, PartitionReassignment

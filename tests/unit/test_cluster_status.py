@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 import pytest
+from mq_cli.cluster import cluster_status, read_node_config, status_lines, table_lines
 
-from cli.cluster import cluster_status, read_node_config, status_lines, table_lines
-from cli.local_cluster import broker_config_text
 from mq.errors import LeaderNotAvailableError
+from mq.local_cluster import broker_config_text
 
 
 def _broker(node_id: int) -> dict[str, Any]:

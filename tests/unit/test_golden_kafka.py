@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mq.errors import CorruptRecordError
-from mq.storage import compression
-from mq.storage.records import Record, build_batch, decode_records
+from mq.records import compression
+from mq.records.records import Record, build_batch, decode_records
 
 with warnings.catch_warnings():
     # kafka-python 3.0 calls importlib.resources.read_text on import, which

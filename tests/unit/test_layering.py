@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LIBRARY_PACKAGES = ["mq/storage", "mq/wire", "mq/groups", "mq/queues"]
+LIBRARY_PACKAGES = ["mq/records", "mq/storage", "mq/wire", "mq/groups", "mq/queues"]
 FORBIDDEN_ASYNCIO = {
     "start_server",
     "start_unix_server",
@@ -25,7 +25,7 @@ FORBIDDEN_ASYNCIO = {
     "sock_connect",
     "sock_accept",
 }
-FORBIDDEN_MODULES = {"socket", "ssl", "selectors", "uvloop", "asyncio.streams", "cli"}
+FORBIDDEN_MODULES = {"socket", "ssl", "selectors", "uvloop", "asyncio.streams", "cli", "mq_cli"}
 
 
 def _library_files() -> list[Path]:

@@ -22,13 +22,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from mq.errors import InvalidRecordError, StorageError
+from mq.records.batch import DELETE_HORIZON_BIT, parse_header
+from mq.records.compression import CODEC_GZIP, CODEC_NONE, CODEC_ZSTD
+from mq.records.records import Record, build_batch, decode_records
 from mq.storage import cleaner
-from mq.storage.batch import DELETE_HORIZON_BIT, parse_header
-from mq.storage.compression import CODEC_GZIP, CODEC_NONE, CODEC_ZSTD
 from mq.storage.config import KiB, LogConfig
 from mq.storage.fileio import FileIO
 from mq.storage.log import Log
-from mq.storage.records import Record, build_batch, decode_records
 
 START_MS = 1_700_000_000_000
 DELETE_RETENTION_MS = 10_000

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from mq.errors import OutOfOrderSequenceError
+from mq.records.records import RecordInput, build_batch
 from mq.storage.config import LogConfig
 from mq.storage.log import Log
-from mq.storage.records import RecordInput, build_batch
 
 CONFIG = LogConfig(segment_bytes=64 * 1024, max_message_bytes=32 * 1024)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from mq.broker.context import wait_for_any
 from mq.broker.partition import Partition
+from mq.records.records import build_batch
 from mq.replication.placement import PartitionState
 from mq.storage.log import LogConfig
-from mq.storage.records import build_batch
 
 CONFIG = LogConfig(segment_bytes=64 * 1024, max_message_bytes=32 * 1024)
 

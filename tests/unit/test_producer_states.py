@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mq.errors import InvalidProducerEpochError, OutOfOrderSequenceError, UnknownProducerIdError
-from mq.storage.batch import BatchHeader
+from mq.records.batch import BatchHeader
 from mq.storage.producers import CACHED_BATCHES, SEQUENCE_MODULUS, ProducerStates
 
 

@@ -1,4 +1,4 @@
-"""Tests of the record level (mq.storage.records) and its codecs (mq.storage.compression).
+"""Tests of the record level (mq.records.records) and its codecs (mq.records.compression).
 
 Round trips through build_batch and decode_records, varint edge cases, the
 builder's accumulator behaviour, and the fuzz invariant: any bytes either
@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mq.errors import CorruptRecordError, UnsupportedCompressionError
-from mq.storage import batch, compression
-from mq.storage.records import (
+from mq.records import batch, compression
+from mq.records.records import (
     BatchBuilder,
     Record,
     build_batch,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from mq.records.records import build_batch
 from mq.storage.log import Log
-from mq.storage.records import build_batch
 
 
 def test_bytes_far_out_in_the_preallocated_tail_are_found(

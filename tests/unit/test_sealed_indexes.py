@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from storage_helpers import as_stored, make_batch
 
-from mq.storage.batch import iter_batches
+from mq.records.batch import iter_batches
 from mq.storage.config import KiB, LogConfig
 from mq.storage.fileio import DEFAULT_IO
 from mq.storage.log import Log

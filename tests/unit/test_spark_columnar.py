@@ -10,15 +10,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mq.errors import CorruptRecordError
-from mq.storage.batch import (
+from mq.records.batch import (
     CONTROL_BIT,
     compute_crc,
     parse_header,
     set_base_offset,
     write_header,
 )
-from mq.storage.compression import CODEC_NONE, CODEC_ZSTD
-from mq.storage.records import build_batch
+from mq.records.compression import CODEC_NONE, CODEC_ZSTD
+from mq.records.records import build_batch
 from spark_connector import columnar
 from spark_connector.columnar import _exact, to_arrow_columns
 

@@ -1,4 +1,4 @@
-"""The C record parser (mq/storage/_speedups.c) against the Python one it replaces.
+"""The C record parser (mq/records/_speedups.c) against the Python one it replaces.
 
 Both must give the same records, of the same type, and end at the same
 position, or raise the same exception with the same message, for any bytes:
@@ -22,9 +22,9 @@ from test_records import GOOD, MALFORMED, with_records_section
 
 from mq.client.types import ConsumerRecord
 from mq.errors import CorruptRecordError
-from mq.storage import batch as fmt
-from mq.storage import records
-from mq.storage.records import Record, build_batch
+from mq.records import batch as fmt
+from mq.records import records
+from mq.records.records import Record, build_batch
 
 pytestmark = pytest.mark.skipif(
     records._speedups is None and shutil.which("cc") is None,
@@ -64,7 +64,7 @@ def same(data: bytes, count: int, shape: Shape = None) -> tuple[Any, ...]:
 
 
 def test_the_accelerator_is_built_and_used() -> None:
-    assert records._speedups is not None, "setup.py did not build mq.storage._speedups"
+    assert records._speedups is not None, "setup.py did not build mq.records._speedups"
     if os.environ.get("MQ_PURE_PYTHON"):
         assert records.parse_records is records._parse_records
     else:

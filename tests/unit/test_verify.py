@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from kafka_batches import SEGMENT, T0, kafka_batch, kafka_segment, write_segment
 
-from mq.storage.batch import LENGTH_AT, MAGIC_AT, RECORDS_AT, set_base_offset
+from mq.records.batch import LENGTH_AT, MAGIC_AT, RECORDS_AT, set_base_offset
 from mq.storage.config import LogConfig
 from mq.storage.log import Log
 from mq.storage.verify import BatchInfo, Damage, Padding, dump_segment, verify

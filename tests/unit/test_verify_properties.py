@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from kafka_batches import kafka_segment, write_segment
 
-from mq.storage.batch import LEADER_EPOCH_AT, LENGTH_AT, MAGIC_AT
+from mq.records.batch import LEADER_EPOCH_AT, LENGTH_AT, MAGIC_AT
 from mq.storage.verify import BatchInfo, Damage, Padding, dump_buffer, verify
 
 SEG, POSITIONS, BASES = kafka_segment([2, 1, 4, 3])

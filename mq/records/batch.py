@@ -17,7 +17,7 @@ Byte layout, big-endian, offsets from the start of the batch::
     53  baseSequence          int32   sequence number of the first record, -1 if none
     57  recordsCount          int32
     61  records               recordsCount records, compressed as one block when
-                              the codec is not none (see :mod:`mq.storage.records`)
+                              the codec is not none (see :mod:`mq.records.records`)
 
 Why the CRC starts at byte 21: everything before it is what a broker changes
 when it appends (baseOffset, and partitionLeaderEpoch). A producer computes the
@@ -26,7 +26,7 @@ bytes in place; the same CRC then holds on disk, on a follower and at the
 consumer. The broker never looks inside the records on its hot path.
 
 This module works on headers only: parse, check, rewrite. Building and decoding
-records lives in :mod:`mq.storage.records`.
+records lives in :mod:`mq.records.records`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """Many keyless, headerless records of one timestamp, encoded in one pass.
 
 What ``Producer.send_many`` appends: each record is the same few pieces (see
-:mod:`mq.storage.records` for the layout)::
+:mod:`mq.records.records` for the layout)::
 
     length | 0x00 | timestampDelta | offsetDelta | 0x01 (null key) | valueLength | value | 0x00
 
 The varints of small numbers come from a table built once (every zigzag
 varint below :data:`TABLE_SIZE`), the pieces of all records are joined in one
 ``bytes.join``, and no function is called per record: about a fifth of the
-cost of :meth:`BatchBuilder.append <mq.storage.records.BatchBuilder.append>`
+cost of :meth:`BatchBuilder.append <mq.records.records.BatchBuilder.append>`
 per record, measured in ``benchmarks.client``.
 """
 

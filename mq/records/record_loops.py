@@ -1,15 +1,15 @@
 """The record format's per-record loops in pure Python, and the varint pieces they use.
 
-:mod:`mq.storage.records` runs the C versions of the three loops
-(``mq/storage/_speedups.c``) when they were built, and these otherwise (or
+:mod:`mq.records.records` runs the C versions of the three loops
+(``mq/records/_speedups.c``) when they were built, and these otherwise (or
 with ``MQ_PURE_PYTHON=1``); the two are tested against each other byte for
 byte and error message for error message (``tests/unit/test_speedups.py``).
-The record layout is in :mod:`mq.storage.records`.
+The record layout is in :mod:`mq.records.records`.
 
 * :func:`parse_records`: the consumer's decoder, one record at a time.
 * :func:`append_record`: one record at the end of a batch being built.
 * :func:`append_values`: many keyless, headerless records
-  (:func:`mq.storage.bulk.encode_values`).
+  (:func:`mq.records.bulk.encode_values`).
 * :func:`record_starts`: where each record begins, for a columnar decoder.
 """
 
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import Any, Final, TypeAlias
 
 from mq.errors import CorruptRecordError
-from mq.storage import batch as fmt
-from mq.storage.bulk import encode_values
+from mq.records import batch as fmt
+from mq.records.bulk import encode_values
 
 Buffer: TypeAlias = fmt.Buffer
 Header: TypeAlias = tuple[str, bytes | None]
@@ -110,7 +110,7 @@ def append_record(
     limit: int,
 ) -> bool:
     """Encode one record at the end of ``buf``; with ``limit >= 0``, one that would take
-    ``buf`` past it is left out (False). ``mq/storage/_speedups.c`` has the C version."""
+    ``buf`` past it is left out (False). ``mq/records/_speedups.c`` has the C version."""
     start = len(buf)
     put = put_varint
     try:
@@ -163,7 +163,7 @@ def append_values(
     limit: int,
 ) -> int:
     """Keyless, headerless records for ``values[start:]`` at the end of ``buf``, as many
-    as keep it within ``limit`` bytes (:func:`mq.storage.bulk.encode_values`); how many."""
+    as keep it within ``limit`` bytes (:func:`mq.records.bulk.encode_values`); how many."""
     data, added = encode_values(values, start, first_delta, ts_delta, limit - len(buf))
     buf += data
     return added

