@@ -312,6 +312,198 @@ fail:
     return NULL;
 }
 
+/* -- validation ---------------------------------------------------------------- */
+
+/* The varint at *pos of at most max_bytes, read no further than limit: 0, or -1 with
+   the exception set, its message naming record i and the field. */
+static int
+check_varint(const uint8_t *buf, Py_ssize_t limit, Py_ssize_t *pos, int max_bytes,
+             PyObject *invalid, Py_ssize_t i, const char *field, int64_t *out)
+{
+    Py_ssize_t p = *pos;
+    uint64_t raw = 0;
+    int shift = 0;
+    for (int n = 0; n < max_bytes; n++) {
+        if (p >= limit) {
+            PyErr_Format(invalid, "record %zd: %s varint is truncated", i, field);
+            return -1;
+        }
+        uint64_t byte = buf[p++];
+        uint64_t bits = byte & 0x7F;
+        raw |= bits << shift; /* shift <= 63 */
+        if (byte < 0x80) {
+            if ((shift == 63 && bits > 1) || (max_bytes == 5 && (raw >> 32) != 0)) {
+                PyErr_Format(invalid, "record %zd: %s varint is out of range", i, field);
+                return -1;
+            }
+            *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            *pos = p;
+            return 0;
+        }
+        shift += 7;
+    }
+    PyErr_Format(invalid, "record %zd: %s varint is longer than %d bytes", i, field, max_bytes);
+    return -1;
+}
+
+/* One varint inline when it is one byte and inside the limit; the general reader otherwise. */
+#define CHECK_VARINT(dst, limit, max, field)                                         \
+    do {                                                                             \
+        if (pos < (limit) && buf[pos] < 0x80) {                                      \
+            uint8_t b_ = buf[pos++];                                                 \
+            (dst) = (int64_t)(b_ >> 1) ^ -(int64_t)(b_ & 1);                         \
+        } else if (check_varint(buf, (limit), &pos, (max), invalid, i, (field),      \
+                                &(dst)) < 0) {                                       \
+            goto fail;                                                               \
+        }                                                                            \
+    } while (0)
+
+/* Whether buf[0:n] is UTF-8 as Python's strict decoder takes it (no surrogates,
+   no overlong forms, nothing past U+10FFFF). */
+static int
+is_utf8(const uint8_t *s, Py_ssize_t n)
+{
+    Py_ssize_t k = 0;
+    while (k < n) {
+        uint8_t c = s[k];
+        if (c < 0x80) {
+            k += 1;
+            continue;
+        }
+        Py_ssize_t len;
+        uint8_t lo = 0x80, hi = 0xBF; /* the range of the second byte */
+        if (c >= 0xC2 && c <= 0xDF) len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        }
+        else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        }
+        else return 0;
+        if (n - k < len) return 0;
+        if (s[k + 1] < lo || s[k + 1] > hi) return 0;
+        for (Py_ssize_t j = 2; j < len; j++) {
+            if ((s[k + j] & 0xC0) != 0x80) return 0;
+        }
+        k += len;
+    }
+    return 1;
+}
+
+/* A nullable field's length: -1 (null) or within the record; where its bytes end. */
+#define CHECK_FIELD(size, what)                                                          \
+    do {                                                                                 \
+        if ((size) < -1) {                                                               \
+            PyErr_Format(invalid, "record %zd: %s length %lld is negative", i, (what),    \
+                         (long long)(size));                                             \
+            goto fail;                                                                   \
+        }                                                                                \
+        if ((size) > record_end - pos) {                                                 \
+            PyErr_Format(invalid, "record %zd: %s length %lld runs past the record "     \
+                         "(%zd bytes left)", i, (what), (long long)(size),               \
+                         record_end - pos);                                              \
+            goto fail;                                                                   \
+        }                                                                                \
+        if ((size) > 0) pos += (Py_ssize_t)(size);                                       \
+    } while (0)
+
+PyDoc_STRVAR(validate_records_doc,
+"validate_records(data, pos, end, count, invalid) -> None\n\n"
+"Check that data[pos:end] holds exactly count well-formed records with offset deltas\n"
+"0..count-1, as mq.records.record_loops.validate_records does; raise invalid otherwise.\n"
+"No Python object is made per record.");
+
+static PyObject *
+validate_records(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos, end, count;
+    PyObject *invalid;
+    if (!PyArg_ParseTuple(args, "y*nnnO", &view, &pos, &end, &count, &invalid)) {
+        return NULL;
+    }
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    Py_ssize_t i = 0;
+    if (pos < 0 || end > view.len || pos > end || count < 0) {
+        PyErr_SetString(PyExc_ValueError, "pos, end or count out of range");
+        goto fail;
+    }
+    if (count > (end - pos) / 7) { /* MIN_RECORD_SIZE */
+        PyErr_Format(invalid, "%zd bytes cannot hold %zd records", end - pos, count);
+        goto fail;
+    }
+    for (; i < count; i++) {
+        int64_t length, delta, size, n_headers;
+        CHECK_VARINT(length, end, 5, "length");
+        if (length < 6) {
+            PyErr_Format(invalid, "record %zd: length %lld is below the minimum of 6", i,
+                         (long long)length);
+            goto fail;
+        }
+        if (length > end - pos) {
+            PyErr_Format(invalid, "record %zd: length %lld runs past the records (%zd bytes left)",
+                         i, (long long)length, end - pos);
+            goto fail;
+        }
+        const Py_ssize_t record_end = pos + (Py_ssize_t)length;
+        pos += 1; /* attributes: unused */
+        CHECK_VARINT(delta, record_end, 10, "timestamp delta");
+        CHECK_VARINT(delta, record_end, 5, "offset delta");
+        if (delta != i) {
+            PyErr_Format(invalid, "record %zd: offset delta %lld, expected %zd", i,
+                         (long long)delta, i);
+            goto fail;
+        }
+        CHECK_VARINT(size, record_end, 5, "key length");
+        CHECK_FIELD(size, "key");
+        CHECK_VARINT(size, record_end, 5, "value length");
+        CHECK_FIELD(size, "value");
+        CHECK_VARINT(n_headers, record_end, 5, "header count");
+        if (n_headers < 0 || n_headers > (record_end - pos) / 2) {
+            PyErr_Format(invalid, "record %zd: header count %lld does not fit the record "
+                         "(%zd bytes left)", i, (long long)n_headers, record_end - pos);
+            goto fail;
+        }
+        for (int64_t h = 0; h < n_headers; h++) {
+            char field[48];
+            snprintf(field, sizeof field, "header %lld key", (long long)h);
+            CHECK_VARINT(size, record_end, 5, field);
+            if (size < 0) {
+                PyErr_Format(invalid, "record %zd: %s length %lld is negative", i, field,
+                             (long long)size);
+                goto fail;
+            }
+            const Py_ssize_t key_at = pos;
+            CHECK_FIELD(size, field);
+            if (!is_utf8(buf + key_at, (Py_ssize_t)size)) {
+                PyErr_Format(invalid, "record %zd: %s is not UTF-8", i, field);
+                goto fail;
+            }
+            snprintf(field, sizeof field, "header %lld value", (long long)h);
+            CHECK_VARINT(size, record_end, 5, field);
+            CHECK_FIELD(size, field);
+        }
+        if (pos != record_end) {
+            PyErr_Format(invalid, "record %zd: %zd bytes follow its last field", i,
+                         record_end - pos);
+            goto fail;
+        }
+    }
+    if (pos != end) {
+        PyErr_Format(invalid, "%zd bytes follow the last record", end - pos);
+        goto fail;
+    }
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+fail:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 /* -- encoding ------------------------------------------------------------------ */
 
 static Py_ssize_t
@@ -597,6 +789,7 @@ static PyMethodDef methods[] = {
     {"parse_records", parse_records, METH_VARARGS, parse_records_doc},
     {"append_record", append_record, METH_VARARGS, append_record_doc},
     {"append_values", append_values, METH_VARARGS, append_values_doc},
+    {"validate_records", validate_records, METH_VARARGS, validate_records_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -33,7 +33,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, NamedTuple, TypeAlias
 
-from mq.errors import CorruptRecordError
+from mq.errors import CorruptRecordError, InvalidRecordError
 from mq.records import batch as fmt
 from mq.records import record_loops as loops
 from mq.records.compression import CODEC_NONE, CODEC_ZSTD, codec_name, compress, decompress
@@ -445,3 +445,45 @@ def _parse_records_c(
 
 parse_records = _parse_records_c if USE_C else _parse_records
 """The record parser :func:`decode_records` runs: C when built, else Python."""
+
+validate_records = _speedups.validate_records if USE_C else loops.validate_records
+"""The records check of :func:`validate_produced_records`: C when built, else Python."""
+
+
+def validate_produced_records(
+    data: bytes | bytearray | memoryview,
+    headers: Sequence[fmt.BatchHeader],
+    *,
+    max_decompressed: int,
+) -> None:
+    """Check the records of a producer's batches (``headers``, laid back to back in ``data``).
+
+    The broker's check before it stores anything, on top of the header checks
+    of :func:`mq.records.batch.validate_produced` (which ``headers`` passed):
+    :func:`validate_records` over each batch's records, decompressed first
+    (never past ``max_decompressed`` bytes) when the batch is compressed. One C
+    pass over the bytes of an uncompressed batch, no object per record.
+
+    Raises :class:`InvalidRecordError` (INVALID_RECORD, not retriable) naming
+    the batch, the record and the field: the CRC held, so the producer sent
+    these bytes and sending them again cannot succeed. Thread-safe (pure).
+    """
+    view = memoryview(data)
+    pos = 0
+    for index, header in enumerate(headers):
+        size = header.size
+        try:
+            if header.codec == CODEC_NONE:
+                validate_records(
+                    data, pos + fmt.RECORDS_AT, pos + size, header.records_count, InvalidRecordError
+                )
+            else:
+                records = decompress(
+                    header.codec, view[pos + fmt.RECORDS_AT : pos + size], max_decompressed
+                )
+                validate_records(records, 0, len(records), header.records_count, InvalidRecordError)
+        except (InvalidRecordError, CorruptRecordError) as exc:
+            raise InvalidRecordError(
+                f"batch {index} (byte {pos} of the request, {codec_name(header.codec)}): {exc}"
+            ) from None
+        pos += size
