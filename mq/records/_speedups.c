@@ -346,12 +346,17 @@ check_varint(const uint8_t *buf, Py_ssize_t limit, Py_ssize_t *pos, int max_byte
     return -1;
 }
 
-/* One varint inline when it is one byte and inside the limit; the general reader otherwise. */
+/* One varint inline when it is one or two bytes inside the limit (nearly every length
+   and delta); the general reader otherwise. */
 #define CHECK_VARINT(dst, limit, max, field)                                         \
     do {                                                                             \
         if (pos < (limit) && buf[pos] < 0x80) {                                      \
             uint8_t b_ = buf[pos++];                                                 \
             (dst) = (int64_t)(b_ >> 1) ^ -(int64_t)(b_ & 1);                         \
+        } else if (pos + 1 < (limit) && buf[pos + 1] < 0x80) {                       \
+            uint32_t r_ = (uint32_t)(buf[pos] & 0x7F) | ((uint32_t)buf[pos + 1] << 7); \
+            pos += 2;                                                                \
+            (dst) = (int64_t)(r_ >> 1) ^ -(int64_t)(r_ & 1);                         \
         } else if (check_varint(buf, (limit), &pos, (max), invalid, i, (field),      \
                                 &(dst)) < 0) {                                       \
             goto fail;                                                               \
