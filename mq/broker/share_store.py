@@ -27,9 +27,10 @@ import msgpack
 
 from mq.broker import cluster_io
 from mq.broker.catalog import SHARE_STATE_TOPIC
+from mq.broker.internal_records import records_or_skip, skipped
 from mq.errors import CorruptRecordError
 from mq.records.batch import split_batches
-from mq.records.records import build_batch, decode_records
+from mq.records.records import build_batch
 
 if TYPE_CHECKING:
     from mq.broker.broker import Broker
@@ -87,10 +88,14 @@ class ShareStateStore:
         index = self.partition_for(key)
         async for chunk in cluster_io.read(self._broker, SHARE_STATE_TOPIC, index, 0):
             for _, batch in split_batches(chunk):
-                for record in decode_records(batch):
+                for record in records_or_skip(batch, f"{SHARE_STATE_TOPIC}-{index}"):
                     if record.key != wanted or record.value is None:
                         continue
-                    saved = _decode(record.value)
+                    try:
+                        saved = _decode(record.value)
+                    except CorruptRecordError as exc:  # skipped, logged once
+                        skipped(f"{SHARE_STATE_TOPIC}-{index}", record.offset, exc)
+                        continue
                     if saved["topic_id"] != topic_id:
                         continue
                     if best is None or saved["epoch"] >= best[0]:
@@ -103,6 +108,8 @@ def _decode(value: bytes) -> dict[str, Any]:
         saved = msgpack.unpackb(value)
         if not isinstance(saved, dict) or not {"topic_id", "epoch", "state"} <= saved.keys():
             raise ValueError("missing fields")
+        if type(saved["epoch"]) is not int or not isinstance(saved["state"], dict):
+            raise ValueError("epoch is not an int or state not a map")
         return saved
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise CorruptRecordError(f"bad record in {SHARE_STATE_TOPIC}: {exc}") from exc
