@@ -14,6 +14,7 @@ import gc
 import shutil
 import struct
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,11 +22,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_records import GOOD, MALFORMED, REC0, REC1, fix_crc, with_records_section
 
-from mq.errors import CorruptRecordError, InvalidRecordError
+from mq.errors import CorruptRecordError, InvalidConfigError, InvalidRecordError
 from mq.records import batch as fmt
 from mq.records import record_loops, records
 from mq.records.compression import CODEC_NONE, CODEC_ZSTD, CODECS_BY_NAME, compress
 from mq.records.records import build_batch, decode_records, validate_produced_records
+from mq.storage.config import MAX_DECOMPRESSION_FACTOR, LogConfig
+from mq.storage.log import Log
 
 pytestmark = pytest.mark.skipif(
     records._speedups is None and shutil.which("cc") is None,
@@ -268,3 +271,31 @@ def test_an_uncompressed_batch_is_not_copied() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 10_000, f"{peak} bytes allocated to check {len(big)} bytes"
+
+
+# -- the bound, per topic ---------------------------------------------------------
+
+
+def test_the_decompression_bound_is_a_topic_setting() -> None:
+    config = LogConfig().with_overrides({"max.decompression.factor": "4"})
+    assert config.max_decompressed_bytes == 4 * config.max_message_bytes
+    assert LogConfig().max_decompressed_bytes == MAX_DECOMPRESSION_FACTOR * (1024 * 1024 + 12)
+    with pytest.raises(InvalidConfigError, match=r"max\.decompression\.factor must be positive"):
+        LogConfig().with_overrides({"max.decompression.factor": "0"})
+
+
+def test_a_log_refuses_a_batch_past_its_bound_and_stores_nothing(tmp_path: Path) -> None:
+    config = LogConfig(max_message_bytes=64 * 1024, max_decompression_factor=2)
+    log = Log.open(tmp_path / "t-0", config)
+    try:
+        fits = build_batch([(None, bytes(100 * 1024), [], 0)], codec=CODEC_ZSTD)
+        bomb = build_batch([(None, bytes(200 * 1024), [], 0)], codec=CODEC_ZSTD)
+        assert log.append(fits).first_offset == 0
+        with pytest.raises(InvalidRecordError, match="decompress to more than 131072 bytes"):
+            log.append(bomb)
+        poison = with_records_section(GOOD, REC0 + REC1 + b"\x00")
+        with pytest.raises(InvalidRecordError, match="1 bytes follow the last record"):
+            log.append(GOOD + poison)
+        assert log.next_offset == 1
+    finally:
+        log.close()
