@@ -1,4 +1,6 @@
-/* The record parser of mq.records.records in C: the consumer's per-record loop.
+/* The record parser of mq.records.records in C: the consumer's per-record loop;
+ * the broker's check of produced records (validate_records, further down); the
+ * producer's record encoders.
  *
  * parse_records() is mq.records.records._parse_records step for step: the
  * same fields read in the same order, the same checks, the same positions

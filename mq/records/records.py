@@ -21,7 +21,9 @@ varint holds an int32 in at most 5 bytes, a varlong an int64 in at most 10.
 :class:`BatchBuilder` is the client-side encoder (one record at a time, into
 one bytearray); :func:`build_batch` is a builder run over a list.
 :func:`decode_records` is the reader; it trusts nothing past the CRC check and
-raises :class:`CorruptRecordError` for any malformed record. The functions are
+raises :class:`CorruptRecordError` for any malformed record.
+:func:`validate_produced_records` is the broker's check before it stores a
+producer's batches: the same rules, no object per record. The functions are
 pure; a builder is owned by one task at a time. The per-record loops run in C
 (``mq/records/_speedups.c``) when it was built, else their Python versions in
 :mod:`mq.records.record_loops`.
