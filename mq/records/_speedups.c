@@ -316,18 +316,33 @@ fail:
 
 /* -- validation ---------------------------------------------------------------- */
 
+/* Raise invalid for a field of record i ("record 3: key length 7 runs past ..."), of its
+   header h when h >= 0 ("record 3: header 0 key is not UTF-8"). Messages are only
+   formatted here, on the way out: the loop itself builds no strings. */
+static void
+field_error(PyObject *invalid, Py_ssize_t i, int64_t h, const char *field, const char *what)
+{
+    if (h < 0) {
+        PyErr_Format(invalid, "record %zd: %s %s", i, field, what);
+    }
+    else {
+        PyErr_Format(invalid, "record %zd: header %lld %s %s", i, (long long)h, field, what);
+    }
+}
+
 /* The varint at *pos of at most max_bytes, read no further than limit: 0, or -1 with
-   the exception set, its message naming record i and the field. */
+   the exception set, its message naming record i (header h) and the field. */
 static int
 check_varint(const uint8_t *buf, Py_ssize_t limit, Py_ssize_t *pos, int max_bytes,
-             PyObject *invalid, Py_ssize_t i, const char *field, int64_t *out)
+             PyObject *invalid, Py_ssize_t i, int64_t h, const char *field, int64_t *out)
 {
     Py_ssize_t p = *pos;
     uint64_t raw = 0;
     int shift = 0;
+    char what[48];
     for (int n = 0; n < max_bytes; n++) {
         if (p >= limit) {
-            PyErr_Format(invalid, "record %zd: %s varint is truncated", i, field);
+            field_error(invalid, i, h, field, "varint is truncated");
             return -1;
         }
         uint64_t byte = buf[p++];
@@ -335,7 +350,7 @@ check_varint(const uint8_t *buf, Py_ssize_t limit, Py_ssize_t *pos, int max_byte
         raw |= bits << shift; /* shift <= 63 */
         if (byte < 0x80) {
             if ((shift == 63 && bits > 1) || (max_bytes == 5 && (raw >> 32) != 0)) {
-                PyErr_Format(invalid, "record %zd: %s varint is out of range", i, field);
+                field_error(invalid, i, h, field, "varint is out of range");
                 return -1;
             }
             *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
@@ -344,13 +359,14 @@ check_varint(const uint8_t *buf, Py_ssize_t limit, Py_ssize_t *pos, int max_byte
         }
         shift += 7;
     }
-    PyErr_Format(invalid, "record %zd: %s varint is longer than %d bytes", i, field, max_bytes);
+    snprintf(what, sizeof what, "varint is longer than %d bytes", max_bytes);
+    field_error(invalid, i, h, field, what);
     return -1;
 }
 
 /* One varint inline when it is one or two bytes inside the limit (nearly every length
    and delta); the general reader otherwise. */
-#define CHECK_VARINT(dst, limit, max, field)                                         \
+#define CHECK_VARINT(dst, limit, max, h, field)                                      \
     do {                                                                             \
         if (pos < (limit) && buf[pos] < 0x80) {                                      \
             uint8_t b_ = buf[pos++];                                                 \
@@ -359,7 +375,7 @@ check_varint(const uint8_t *buf, Py_ssize_t limit, Py_ssize_t *pos, int max_byte
             uint32_t r_ = (uint32_t)(buf[pos] & 0x7F) | ((uint32_t)buf[pos + 1] << 7); \
             pos += 2;                                                                \
             (dst) = (int64_t)(r_ >> 1) ^ -(int64_t)(r_ & 1);                         \
-        } else if (check_varint(buf, (limit), &pos, (max), invalid, i, (field),      \
+        } else if (check_varint(buf, (limit), &pos, (max), invalid, i, (h), (field), \
                                 &(dst)) < 0) {                                       \
             goto fail;                                                               \
         }                                                                            \
@@ -401,18 +417,18 @@ is_utf8(const uint8_t *s, Py_ssize_t n)
     return 1;
 }
 
-/* A nullable field's length: -1 (null) or within the record; where its bytes end. */
-#define CHECK_FIELD(size, what)                                                          \
+/* A nullable field's length: -1 (null) or within the record; pos moves past its bytes. */
+#define CHECK_FIELD(size, h, field)                                                      \
     do {                                                                                 \
         if ((size) < -1) {                                                               \
-            PyErr_Format(invalid, "record %zd: %s length %lld is negative", i, (what),    \
-                         (long long)(size));                                             \
+            snprintf(what, sizeof what, "length %lld is negative", (long long)(size));   \
+            field_error(invalid, i, (h), (field), what);                                 \
             goto fail;                                                                   \
         }                                                                                \
         if ((size) > record_end - pos) {                                                 \
-            PyErr_Format(invalid, "record %zd: %s length %lld runs past the record "     \
-                         "(%zd bytes left)", i, (what), (long long)(size),               \
-                         record_end - pos);                                              \
+            snprintf(what, sizeof what, "length %lld runs past the record (%zd bytes left)", \
+                     (long long)(size), record_end - pos);                               \
+            field_error(invalid, i, (h), (field), what);                                 \
             goto fail;                                                                   \
         }                                                                                \
         if ((size) > 0) pos += (Py_ssize_t)(size);                                       \
@@ -435,6 +451,7 @@ validate_records(PyObject *self, PyObject *args)
     }
     const uint8_t *buf = (const uint8_t *)view.buf;
     Py_ssize_t i = 0;
+    char what[96]; /* an error's text, formatted only on the way out */
     if (pos < 0 || end > view.len || pos > end || count < 0) {
         PyErr_SetString(PyExc_ValueError, "pos, end or count out of range");
         goto fail;
@@ -445,7 +462,7 @@ validate_records(PyObject *self, PyObject *args)
     }
     for (; i < count; i++) {
         int64_t length, delta, size, n_headers;
-        CHECK_VARINT(length, end, 5, "length");
+        CHECK_VARINT(length, end, 5, -1, "length");
         if (length < 6) {
             PyErr_Format(invalid, "record %zd: length %lld is below the minimum of 6", i,
                          (long long)length);
@@ -458,41 +475,38 @@ validate_records(PyObject *self, PyObject *args)
         }
         const Py_ssize_t record_end = pos + (Py_ssize_t)length;
         pos += 1; /* attributes: unused */
-        CHECK_VARINT(delta, record_end, 10, "timestamp delta");
-        CHECK_VARINT(delta, record_end, 5, "offset delta");
+        CHECK_VARINT(delta, record_end, 10, -1, "timestamp delta");
+        CHECK_VARINT(delta, record_end, 5, -1, "offset delta");
         if (delta != i) {
             PyErr_Format(invalid, "record %zd: offset delta %lld, expected %zd", i,
                          (long long)delta, i);
             goto fail;
         }
-        CHECK_VARINT(size, record_end, 5, "key length");
-        CHECK_FIELD(size, "key");
-        CHECK_VARINT(size, record_end, 5, "value length");
-        CHECK_FIELD(size, "value");
-        CHECK_VARINT(n_headers, record_end, 5, "header count");
+        CHECK_VARINT(size, record_end, 5, -1, "key length");
+        CHECK_FIELD(size, -1, "key");
+        CHECK_VARINT(size, record_end, 5, -1, "value length");
+        CHECK_FIELD(size, -1, "value");
+        CHECK_VARINT(n_headers, record_end, 5, -1, "header count");
         if (n_headers < 0 || n_headers > (record_end - pos) / 2) {
             PyErr_Format(invalid, "record %zd: header count %lld does not fit the record "
                          "(%zd bytes left)", i, (long long)n_headers, record_end - pos);
             goto fail;
         }
         for (int64_t h = 0; h < n_headers; h++) {
-            char field[48];
-            snprintf(field, sizeof field, "header %lld key", (long long)h);
-            CHECK_VARINT(size, record_end, 5, field);
+            CHECK_VARINT(size, record_end, 5, h, "key length");
             if (size < 0) {
-                PyErr_Format(invalid, "record %zd: %s length %lld is negative", i, field,
-                             (long long)size);
+                snprintf(what, sizeof what, "length %lld is negative", (long long)size);
+                field_error(invalid, i, h, "key", what);
                 goto fail;
             }
             const Py_ssize_t key_at = pos;
-            CHECK_FIELD(size, field);
+            CHECK_FIELD(size, h, "key");
             if (!is_utf8(buf + key_at, (Py_ssize_t)size)) {
-                PyErr_Format(invalid, "record %zd: %s is not UTF-8", i, field);
+                field_error(invalid, i, h, "key", "is not UTF-8");
                 goto fail;
             }
-            snprintf(field, sizeof field, "header %lld value", (long long)h);
-            CHECK_VARINT(size, record_end, 5, field);
-            CHECK_FIELD(size, field);
+            CHECK_VARINT(size, record_end, 5, h, "value length");
+            CHECK_FIELD(size, h, "value");
         }
         if (pos != record_end) {
             PyErr_Format(invalid, "record %zd: %zd bytes follow its last field", i,

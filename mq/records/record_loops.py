@@ -382,7 +382,7 @@ def validate_records(
             )
         for h in range(headers):
             field = f"header {h} key"
-            size, pos = _check_varint(data, pos, record_end, 5, invalid, i, field)
+            size, pos = _check_varint(data, pos, record_end, 5, invalid, i, f"{field} length")
             if size < 0:
                 raise invalid(f"record {i}: {field} length {size} is negative")
             key_at = pos
@@ -392,7 +392,7 @@ def validate_records(
             except UnicodeDecodeError:
                 raise invalid(f"record {i}: {field} is not UTF-8") from None
             field = f"header {h} value"
-            size, pos = _check_varint(data, pos, record_end, 5, invalid, i, field)
+            size, pos = _check_varint(data, pos, record_end, 5, invalid, i, f"{field} length")
             pos = _check_field(size, pos, record_end, invalid, i, field)
         if pos != record_end:
             raise invalid(f"record {i}: {record_end - pos} bytes follow its last field")
