@@ -470,20 +470,22 @@ def validate_produced_records(
     the batch, the record and the field: the CRC held, so the producer sent
     these bytes and sending them again cannot succeed. Thread-safe (pure).
     """
-    view = memoryview(data)
     pos = 0
-    for index, header in enumerate(headers):
-        size = header.size
+    check = validate_records
+    for index, header in enumerate(headers):  # fields, not properties: the produce path
+        size = header.batch_length + fmt.LOG_OVERHEAD
         try:
-            if header.codec == CODEC_NONE:
-                validate_records(
+            if header.attributes & fmt.CODEC_MASK == CODEC_NONE:
+                check(
                     data, pos + fmt.RECORDS_AT, pos + size, header.records_count, InvalidRecordError
                 )
             else:
                 records = decompress(
-                    header.codec, view[pos + fmt.RECORDS_AT : pos + size], max_decompressed
+                    header.codec,
+                    memoryview(data)[pos + fmt.RECORDS_AT : pos + size],
+                    max_decompressed,
                 )
-                validate_records(records, 0, len(records), header.records_count, InvalidRecordError)
+                check(records, 0, len(records), header.records_count, InvalidRecordError)
         except (InvalidRecordError, CorruptRecordError) as exc:
             raise InvalidRecordError(
                 f"batch {index} (byte {pos} of the request, {codec_name(header.codec)}): {exc}"
