@@ -60,6 +60,12 @@ def test_topic_commands_and_clear_errors(bootstrap: str) -> None:
     created = mq(bootstrap, "topic", "create", "cli-admin", "-p", "2", "-c", "retention.ms=60000")
     assert created.returncode == 0, created.stderr
     assert "cli-admin" in mq(bootstrap, "topic", "list").stdout.decode().split()
+    again = mq(bootstrap, "topic", "create", "cli-admin", "-p", "5")
+    assert again.returncode == 1
+    assert b"TOPIC_ALREADY_EXISTS" in again.stderr
+    again = mq(bootstrap, "topic", "create", "cli-admin", "-p", "5", "--if-not-exists")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == b"topic cli-admin already exists\n"
     described = mq(bootstrap, "topic", "describe", "cli-admin").stdout.decode()
     assert "retention.ms=60000" in described
     assert mq(bootstrap, "topic", "alter", "cli-admin", "-c", "retention.ms=120000").returncode == 0

@@ -241,6 +241,10 @@ async def test_admin_topics_and_configs(bootstrap: str) -> None:
         await a.create_topic("admin-t", partitions=4, configs={"retention.ms": "3600000"})
         with pytest.raises(TopicAlreadyExistsError):
             await a.create_topic("admin-t", partitions=1)
+        # exist_ok, as Kafka's --if-not-exists: no error, the existing topic unchanged
+        assert not await a.create_topic("admin-t", partitions=1, exist_ok=True)
+        assert await a.create_topic("admin-t-new", partitions=1, exist_ok=True)
+        await a.delete_topic("admin-t-new")
         assert "admin-t" in await a.list_topics()
         described = await a.describe_topic("admin-t")
         assert [p.partition for p in described.partitions] == [0, 1, 2, 3]
@@ -265,7 +269,8 @@ async def test_admin_topics_and_configs(bootstrap: str) -> None:
 
 def test_sync_wrappers(bootstrap: str) -> None:
     with mq.SyncAdmin(bootstrap) as a:
-        a.create_topic("sync-t", partitions=2)
+        assert a.create_topic("sync-t", partitions=2)
+        assert not a.create_topic("sync-t", partitions=5, exist_ok=True)
         assert a.describe_topic("sync-t").partitions[1].partition == 1
     with mq.SyncProducer(bootstrap, linger_ms=1) as producer:
         first = producer.send_and_wait("sync-t", b"first", partition=0)

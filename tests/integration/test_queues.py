@@ -150,7 +150,8 @@ async def test_four_consumers_share_100k_messages_each_acked_exactly_once(
 async def test_messages_of_a_consumer_that_dies_are_delivered_again(bootstrap: str) -> None:
     queue = unique("dies")
     async with asyncio.timeout(TEST_TIMEOUT_S), QueueClient(bootstrap) as other:
-        await other.create_queue(queue, partitions=2, visibility_timeout=60)
+        assert await other.create_queue(queue, partitions=2, visibility_timeout=60)
+        assert not await other.create_queue(queue, partitions=1, exist_ok=True)
         for i in range(20):
             await other.send(queue, b"m%02d" % i)
 
