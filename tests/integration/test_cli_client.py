@@ -75,6 +75,10 @@ def test_topic_commands_and_clear_errors(bootstrap: str) -> None:
     assert b"UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr
     assert b"Traceback" not in missing.stderr
     assert mq(bootstrap, "topic", "delete", "cli-admin").returncode == 0
+    nosuch = mq(bootstrap, "consume", "no-such-topic", "--timeout", "2")
+    assert nosuch.returncode == 1
+    assert b"UNKNOWN_TOPIC_OR_PARTITION: topic 'no-such-topic' does not exist" in nosuch.stderr
+    assert b"Traceback" not in nosuch.stderr
     unreachable = mq("127.0.0.1:1", "topic", "list")
     assert unreachable.returncode != 0
     assert b"Traceback" not in unreachable.stderr

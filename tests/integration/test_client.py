@@ -397,6 +397,36 @@ async def test_send_to_unknown_partition_and_closed_producer(bootstrap: str) -> 
                 await future
 
 
+async def _poll_until_raised(consumer: Consumer) -> None:
+    for _ in range(20):  # bounded: the metadata refresh after subscribing tells
+        await consumer.getmany(timeout_ms=500)
+
+
+@pytest.mark.parametrize("group", [None, "unknown-topic-readers"])
+async def test_a_consumer_of_a_topic_that_does_not_exist_is_told(
+    bootstrap: str, group: str | None
+) -> None:
+    async with asyncio.timeout(TEST_TIMEOUT_S):
+        async with Consumer("no-such-topic", bootstrap=bootstrap, group_id=group) as consumer:
+            with pytest.raises(
+                UnknownTopicOrPartitionError, match="'no-such-topic' does not exist"
+            ):
+                await _poll_until_raised(consumer)
+        async with admin(bootstrap) as a:
+            assert "no-such-topic" not in await a.list_topics()
+
+
+async def test_a_consumer_may_ask_the_broker_to_create_its_topic(bootstrap: str) -> None:
+    async with asyncio.timeout(TEST_TIMEOUT_S):
+        async with Consumer(
+            "made-by-consumer", bootstrap=bootstrap, allow_auto_topic_creation=True
+        ) as consumer:
+            for _ in range(4):
+                assert await consumer.getmany(timeout_ms=500) == {}
+        async with admin(bootstrap) as a:
+            assert "made-by-consumer" in await a.list_topics()  # the broker's auto-creation is on
+
+
 # -- idempotence -------------------------------------------------------------------------------
 
 
