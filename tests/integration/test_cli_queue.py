@@ -275,6 +275,6 @@ def test_bad_input_is_one_clear_line(bootstrap: str) -> None:
         malformed = mq(bootstrap, "ack", name, receipt)
         assert malformed.exit_code == 2, receipt
         assert "RECEIPT" in malformed.stderr
-    never = mq(bootstrap, "nack", name, "0:0:1")
+    never = mq(bootstrap, "nack", name, "0:0:1")  # nothing sent: no such delivery
     assert never.exit_code == 1
-    assert "no longer hold a lease" in never.stderr
+    assert "1 receipt(s) name no delivery (0:0:1)" in never.stderr
