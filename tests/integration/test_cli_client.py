@@ -68,6 +68,11 @@ def test_topic_commands_and_clear_errors(bootstrap: str) -> None:
     assert again.stdout == b"topic cli-admin already exists\n"
     described = mq(bootstrap, "topic", "describe", "cli-admin").stdout.decode()
     assert "retention.ms=60000" in described
+    assert "retention.bytes=-1" in described  # no cap, shown as Kafka shows it
+    assert "None" not in described
+    assert "queue." not in described  # a plain topic: no queue settings
+    capped = mq(bootstrap, "topic", "alter", "cli-admin", "-c", "retention.bytes=-1")
+    assert capped.returncode == 0, capped.stderr  # -1 is accepted back
     assert mq(bootstrap, "topic", "alter", "cli-admin", "-c", "retention.ms=120000").returncode == 0
     assert "retention.ms=120000" in mq(bootstrap, "topic", "describe", "cli-admin").stdout.decode()
     missing = mq(bootstrap, "topic", "delete", "no-such-topic")
