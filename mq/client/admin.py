@@ -47,6 +47,7 @@ from mq.wire.apis_core import (
     ConfigEntry,
 )
 from mq.wire.apis_groups import DESCRIBE_GROUPS, FIND_COORDINATOR, LIST_GROUPS, OFFSET_COMMIT
+from mq.wire.limits import validate_topic_name
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,7 @@ class Admin:
         replication factor and settings: as Kafka's ``--if-not-exists``, the existing
         topic is neither compared nor changed (``describe_topic`` shows what it has).
         """
+        validate_topic_name(name)  # before the request: a too-long name fails the schema
         body = {
             "topics": [
                 {

@@ -40,6 +40,7 @@ from mq.client.listener import ConsumerRebalanceListener
 from mq.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
 from mq.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from mq.errors import ClientStateError, MQError, UnknownTopicOrPartitionError
+from mq.wire.limits import validate_topic_name
 
 Assignor = Literal["range", "roundrobin", "sticky"]
 
@@ -210,8 +211,11 @@ class Consumer:
         self._check()
         if self._mode == "assigned":
             raise ClientStateError("assign() and subscribe() cannot be mixed")
+        wanted = set(topics)
+        for topic in wanted:
+            validate_topic_name(topic)
         self._mode = "subscribed"
-        self._topics = set(topics)
+        self._topics = wanted
         self._client.add_topics(self._topics)
         if self._group is not None:
             self._group.listener = listener

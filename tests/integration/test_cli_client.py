@@ -126,3 +126,17 @@ def test_group_list_describe_and_reset_offsets(bootstrap: str) -> None:
     assert len(again.stdout.splitlines()) == 10
     usage = mq(bootstrap, "group", "reset-offsets", "laggers", "--topic", "cli-lag")
     assert usage.returncode == 2
+
+
+def test_bad_topic_names_get_a_topic_name_error(bootstrap: str) -> None:
+    for name in ("", "x" * 300, "a b"):
+        commands = [
+            ("topic", "create", name),
+            ("queue", "create", name),
+            ("consume", name, "--timeout", "1"),
+        ]
+        for args in commands:
+            failed = mq(bootstrap, *args)
+            assert failed.returncode == 1, (args, failed.stderr)
+            assert failed.stderr.startswith(b"Error: INVALID_TOPIC_EXCEPTION: ")
+            assert b"1 to 249 characters from ASCII letters, digits" in failed.stderr
