@@ -45,6 +45,13 @@ from mq.wire.limits import validate_topic_name
 Assignor = Literal["range", "roundrobin", "sticky"]
 
 
+UNKNOWN_TOPIC_REFRESHES = 2
+"""Metadata refreshes in a row that must report a subscribed topic missing before the
+consumer raises: one broker's answer may lag (a broker restarting, or one that has not
+yet heard of a topic just created elsewhere); a second refresh, asked for at once,
+may go to another broker. Costs a retry backoff (100 ms) before the error."""
+
+
 class Consumer:
     """Reads records from topics; see the module docstring."""
 
@@ -86,7 +93,9 @@ class Consumer:
             allow_auto_topic_creation=allow_auto_topic_creation,
         )
         self._unknown_topic: UnknownTopicOrPartitionError | None = None
-        """Set when a refresh reports a subscribed topic missing; cleared when it exists."""
+        """Set when refreshes report a subscribed topic missing; cleared when it exists."""
+        self._unknown_refreshes = 0
+        """Metadata refreshes in a row that reported a subscribed topic missing."""
         self._fetcher = Fetcher(
             self._client,
             auto_offset_reset=auto_offset_reset,
@@ -180,8 +189,12 @@ class Consumer:
         missing = sorted(
             t for t in self._topics if errors.get(t) == UnknownTopicOrPartitionError.code
         )
+        self._unknown_refreshes = self._unknown_refreshes + 1 if missing else 0
         if not missing:
             self._unknown_topic = None
+            return
+        if self._unknown_refreshes < UNKNOWN_TOPIC_REFRESHES:
+            self._client.request_metadata_update()  # ask again before believing it
             return
         why = (
             "and the broker does not create topics automatically (auto_create_topics)"
