@@ -1,6 +1,7 @@
 # The README's two quick-start commands: `make run` and `make test`.
 # `make run` installs the core package only (`pip install -e .`: no PySpark, no test
-# tools); `make test` and `make bench` add the extras they use, each behind its own stamp.
+# tools); `make test`, `make lint` and `make bench` add the extras, behind their own stamp
+# (the tests cover the Spark connector and the benchmarks' charts, so they need them all).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -8,7 +9,6 @@ BIN := $(VENV)/bin
 SOURCES := setup.cfg setup.py pyproject.toml mq/records/_speedups.c
 CORE := $(VENV)/.core
 STAMP := $(VENV)/.installed
-BENCH := $(VENV)/.bench
 
 .PHONY: run test lint unit bench clean
 
@@ -21,15 +21,11 @@ $(CORE): $(SOURCES) | $(BIN)/pip
 	$(BIN)/pip install --quiet -e .
 	touch $(CORE)
 
-# what `make test` and `make lint` use: pytest, ruff, mypy, import-linter, etcd, PySpark
+# what `make test`, `make lint` and `make bench` use: pytest, ruff, mypy, import-linter,
+# etcd, PySpark, the benchmark peers' clients and matplotlib
 $(STAMP): $(SOURCES) | $(BIN)/pip
-	$(BIN)/pip install --quiet -e '.[spark,test,dev]'
-	touch $(CORE) $(STAMP)
-
-# the peers the benchmark suite compares against, and its charts
-$(BENCH): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[spark,test,dev,bench]'
-	touch $(BENCH)
+	touch $(CORE) $(STAMP)
 
 run: $(CORE)
 	$(BIN)/mq serve
@@ -49,7 +45,7 @@ test: $(STAMP)
 		"tests: $$([ $$tests = 0 ] && echo passed || echo FAILED)"; \
 	[ $$lint = 0 ] && [ $$tests = 0 ]
 
-bench: $(BENCH)
+bench: $(STAMP)
 	$(BIN)/python -m benchmarks --peers --chart benchmarks/results/comparison.png \
 		--markdown benchmarks/results/comparison.md
 
