@@ -137,6 +137,15 @@ class Partition:
             self.leader_epoch = state.leader_epoch
         return True
 
+    def fence(self) -> bool:
+        """Stop leading (a restarted broker, or one that lost its session): offline until
+        a newer state comes; whether the role changed."""
+        if self.role is not Role.LEADER:
+            return False
+        log.warning("%s: fenced in epoch %d, until elected again", self.name, self.leader_epoch)
+        self._step_down(Role.OFFLINE)
+        return True
+
     def _lead(self, state: PartitionState) -> None:
         self._step_down(Role.LEADER)
         self.leader_epoch = state.leader_epoch
