@@ -282,8 +282,9 @@ class ShareManager:
         wanted: Filter | None,
         max_bytes: int,
     ) -> list[Acquired]:
-        if session.closed:
-            raise NotLeaderOrFollowerError(f"{session.partition.name}: leadership moved")
+        partition = session.partition
+        if session.closed or not partition.is_leader or partition.leader_epoch != session.epoch:
+            raise NotLeaderOrFollowerError(f"{partition.name}: leadership moved")
         self._fill(session, max_messages)
         share = session.share
         lease = lease_ms if lease_ms is not None else share.config.visibility_ms

@@ -12,17 +12,25 @@ comes back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import msgpack
 import pytest
 from cluster_helpers import CLUSTER_SETTINGS, partition_state, wait_until
 
-from mq import QueueClient
+from mq import QueueClient, QueueMessage
 from mq.broker.catalog import SHARE_STATE_TOPIC
-from mq.errors import MQError
+from mq.client.connection import Connection
+from mq.errors import FencedLeaderEpochError, MQError
 from mq.local_cluster import LocalCluster
+from mq.records.batch import split_batches
+from mq.records.records import build_batch, decode_records
+from mq.wire.apis_data import FETCH
+from mq.wire.apis_replication import INTERNAL_APPEND
 
 pytestmark = pytest.mark.slow
 
@@ -134,3 +142,79 @@ async def _receive_for(
             await asyncio.sleep(0.1)
             continue
         out.extend((m.body, m.delivery_count) for m in batch)
+
+
+async def test_a_save_of_a_deposed_leader_epoch_is_refused(cluster: LocalCluster) -> None:
+    """Issue 17, point 3: once a new leader loaded a share partition (fencing it), the
+    state partition's leader refuses a save in the old leader epoch."""
+    queue = "fenced"
+    async with QueueClient(cluster.bootstrap) as q:
+        await q.create_queue(queue, partitions=1, replication_factor=3, visibility_timeout=60)
+        await q.send(queue, b"first")
+        await q.send(queue, b"second")
+        [first] = await q.receive(queue, max_messages=1, wait=5)
+        await q.ack(first)
+        old_leader = await _leader(cluster.bootstrap, queue, 0)
+
+    cluster.kill(old_leader)
+    others = ",".join(b.bootstrap for n, b in cluster.brokers.items() if n != old_leader)
+
+    async def new_epoch() -> int | None:
+        state = await partition_state(others, queue, 0)
+        moved = state and state["leader"] not in (-1, old_leader)
+        return int(state["leader_epoch"]) if state and moved else None
+
+    epoch = await wait_until(new_epoch, what="a new leader")
+    async with QueueClient(others) as q:
+        [second] = await _receive_one(q, queue)  # the new leader loads (and fences) the state
+        assert (second.body, second.delivery_count) == (b"second", 1)
+        state_leader = await _leader(others, SHARE_STATE_TOPIC, 0)
+        host, port = cluster.broker(state_leader).host, cluster.broker(state_leader).port
+        conn = await Connection.open(host, port)
+        try:
+            saved = await _saved_value(conn, [queue, queue, 0])
+            assert saved["epoch"] == epoch
+            # The old leader's save: it would hand "first" out again.
+            stale = {
+                "topic_id": saved["topic_id"],
+                "epoch": epoch - 1,
+                "state": {"start": 0, "runs": []},
+            }
+            records = build_batch([(msgpack.packb([queue, queue, 0]), msgpack.packb(stale), [], 0)])
+            body = {"topic": SHARE_STATE_TOPIC, "partition": 0, "records": records}
+            answer = await conn.call(INTERNAL_APPEND, {**body, "timeout_ms": 5000})
+        finally:
+            conn.close()
+            await conn.wait_closed()
+        assert answer["error"] == FencedLeaderEpochError.code, answer
+        attributes = await q.describe_queue(queue)
+        assert (attributes.acked, attributes.in_flight) == (1, 1)
+
+
+async def _receive_one(q: QueueClient, queue: str) -> list[QueueMessage]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with contextlib.suppress(MQError):
+            got = await q.receive(queue, max_messages=1, wait=1)
+            if got:
+                return got
+    raise AssertionError("nothing received")
+
+
+async def _saved_value(conn: Connection, key: list[Any]) -> dict[str, Any]:
+    """The latest state saved for ``key`` in ``__share_state-0`` (read from its leader)."""
+    part = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+    body = {
+        "max_wait_ms": 0,
+        "min_bytes": 0,
+        "max_bytes": 1 << 20,
+        "topics": [{"name": SHARE_STATE_TOPIC, "partitions": [part]}],
+    }
+    fetched = (await conn.call(FETCH, body))["topics"][0]["partitions"][0]
+    wanted, found = msgpack.packb(key), None
+    for _, batch in split_batches(bytes(fetched["records"])):
+        for record in decode_records(batch):
+            if record.key == wanted and record.value is not None:
+                found = msgpack.unpackb(record.value)
+    assert found is not None, "no saved state"
+    return dict(found)
