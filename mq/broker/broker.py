@@ -140,6 +140,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._follow(), name="metadata-watch"))
         self._tasks.append(loop.create_task(self._retention_loop(), name="retention"))
+        self._tasks.append(loop.create_task(self._checkpoint_loop(), name="hw-checkpoint"))
         self._tasks.append(loop.create_task(self._supervise_lease(), name="lease"))
         self.isr.start()
         if self.config.metadata is None:
@@ -529,6 +530,13 @@ class Broker:
         return self.seat
 
     # -- retention ------------------------------------------------------------------
+
+    async def _checkpoint_loop(self) -> None:
+        """Checkpoint every partition's high watermark that moved, periodically."""
+        while True:
+            await asyncio.sleep(self.config.high_watermark_checkpoint_ms / 1000)
+            for partition in list(self.partitions.values()):
+                partition.checkpoint_high_watermark()
 
     async def _retention_loop(self) -> None:
         while True:

@@ -41,6 +41,9 @@ class BrokerConfig:
     the topic exists; replicated like ``__consumer_offsets``)."""
     retention_check_ms: int = 60_000
     """How often retention runs over every partition."""
+    high_watermark_checkpoint_ms: int = 5_000
+    """How often each partition's high watermark is checkpointed (Kafka's
+    replica.high.watermark.checkpoint.interval.ms): a restarted replica starts from it."""
     cleaner_backoff_ms: int = 15_000
     """How often the log cleaner looks for compacted partitions to clean (Kafka's
     log.cleaner.backoff.ms)."""
@@ -91,6 +94,7 @@ class BrokerConfig:
             "replica_lag_time_max_ms",
             "replica_fetch_max_bytes",
             "replication_catchup_bytes_per_s",
+            "high_watermark_checkpoint_ms",
         )
         for name in positive:
             if getattr(self, name) < 1:
