@@ -31,9 +31,10 @@ TIMEOUT_MS = 10_000
 CATCH_UP_POLL_S = 0.05
 """Pause between reads while the leader's high watermark is below the offset wanted."""
 CATCH_UP_S = TIMEOUT_MS / 1000
-"""How long a read waits for a leader's high watermark to reach an acknowledged offset
-(a leader just elected: its followers' next fetch; else the ISR shrinks within
-``replica_lag_time_max_ms``), before it fails with a retriable error."""
+"""How long a read waits by default for a leader's high watermark to reach an
+acknowledged offset (a leader just elected: its followers' next fetch; else the ISR
+shrinks within ``replica_lag_time_max_ms``), before it fails with a retriable error
+(share-state loads: the broker setting ``share_state_load_wait_ms``)."""
 
 
 async def append(

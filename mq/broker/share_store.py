@@ -146,7 +146,8 @@ class ShareStateStore:
         wanted = key.encode()
         best: tuple[int, dict[str, Any]] | None = None
         index = self.partition_for(key)
-        chunks = cluster_io.read(self._broker, SHARE_STATE_TOPIC, index, 0, fenced_at + 1)
+        wait_s = self._broker.config.share_state_load_wait_ms / 1000
+        chunks = cluster_io.read(self._broker, SHARE_STATE_TOPIC, index, 0, fenced_at + 1, wait_s)
         async for chunk in chunks:
             for _, batch in split_batches(chunk):
                 for record in decode_records(batch):
