@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
@@ -47,6 +48,8 @@ from mq.records.records import build_batch, decode_records
 if TYPE_CHECKING:
     from mq.broker.broker import Broker
 
+EPOCH_HEADER = "mq.share.epoch"
+TOPIC_ID_HEADER = "mq.share.topic_id"
 SEGMENT_BYTES = 100 * 1024 * 1024
 """Segments roll at this size (or the broker's default if smaller): the cleaner
 compacts closed segments only."""
@@ -97,15 +100,20 @@ class ShareStateStore:
         """Append the state of ``key`` (acks=all); it counts once this returns.
         FencedLeaderEpochError if a leader of a later epoch has fenced ``key``."""
         value = msgpack.packb({"topic_id": topic_id, "epoch": epoch, "state": state})
-        await self._append(key, key.encode(), value)
+        await self._append(key, key.encode(), value, topic_id, epoch)
 
     async def fence(self, key: ShareKey, topic_id: str, epoch: int) -> int:
         """Fence off the saves of earlier epochs of ``key``; the fence's offset."""
         value = msgpack.packb({"topic_id": topic_id, "epoch": epoch, "fence": True})
-        return await self._append(key, key.encode_fence(), value)
+        return await self._append(key, key.encode_fence(), value, topic_id, epoch)
 
-    async def _append(self, key: ShareKey, record_key: bytes, value: bytes) -> int:
-        batch = build_batch([(record_key, value, [], int(time.time() * 1000))])
+    async def _append(
+        self, key: ShareKey, record_key: bytes, value: bytes, topic_id: str, epoch: int
+    ) -> int:
+        # The headers repeat the value's topic id and epoch: admit() reads them, not
+        # the (possibly large) state.
+        headers = [(TOPIC_ID_HEADER, topic_id.encode()), (EPOCH_HEADER, b"%d" % epoch)]
+        batch = build_batch([(record_key, value, headers, int(time.time() * 1000))])
         index = self.partition_for(key)
         return await cluster_io.append(
             self._broker, SHARE_STATE_TOPIC, index, batch, admit=self.admit
@@ -122,8 +130,8 @@ class ShareStateStore:
                 if record.key is None or record.value is None:
                     continue
                 key = _decode_key(record.key)
-                saved = _decode(record.value)
-                epoch, slot = int(saved["epoch"]), (key, str(saved["topic_id"]))
+                epoch, topic_id = _epoch_of(record.headers, record.value)
+                slot = (key, topic_id)
                 state = view.partitions.get((key.topic, key.partition))
                 topic = view.topics.get(key.topic)
                 current = self._epochs.get(slot, -1)
@@ -159,6 +167,16 @@ class ShareStateStore:
                     if best is None or saved["epoch"] >= best[0]:
                         best = (saved["epoch"], saved["state"])
         return None if best is None else best[1]
+
+
+def _epoch_of(headers: Sequence[tuple[str, bytes | None]], value: bytes) -> tuple[int, str]:
+    """A saved record's leader epoch and topic id: from its headers, else its value."""
+    found = dict(headers)
+    epoch, topic_id = found.get(EPOCH_HEADER), found.get(TOPIC_ID_HEADER)
+    if epoch is not None and topic_id is not None and epoch.isdigit():
+        return int(epoch), topic_id.decode("utf-8", "replace")
+    saved = _decode(value)
+    return int(saved["epoch"]), str(saved["topic_id"])
 
 
 def _decode_key(raw: bytes) -> ShareKey:

@@ -91,7 +91,9 @@ class SharePartition:
         self._dedup_order: deque[tuple[int, str]] = deque()
         self._restored: deque[Run] = deque()
         self._settled: dict[tuple[int, int], Settle] = {}
-        """(offset, count) → how that receipt settled it, oldest first (bounded)."""
+        """(offset, count) → how that receipt settled it (bounded)."""
+        self._settled_order: deque[tuple[int, int, int]] = deque()
+        """The same, oldest first, as saved (a snapshot copies it in one step)."""
         self._touched_end = -1
         """No record above this offset has left its first state (bounds a snapshot's scan)."""
 
@@ -287,10 +289,12 @@ class SharePartition:
         return entry.until
 
     def _remember(self, offset: int, count: int, how: Settle) -> None:
-        settled = self._settled
+        settled, order = self._settled, self._settled_order
         settled[(offset, count)] = how
-        while len(settled) > self.config.settled_memory:
-            del settled[next(iter(settled))]
+        order.append((offset, count, int(how)))
+        while len(order) > self.config.settled_memory:
+            old_offset, old_count, _ = order.popleft()
+            del settled[(old_offset, old_count)]
 
     def _held(self, offset: int, count: int) -> Entry:
         entry = self._entries.get(offset)
@@ -514,7 +518,7 @@ class SharePartition:
             "acked": self.acked,
             "dead_lettered": self.dead_lettered,
             "deduplicated": self.deduplicated,
-            "settled": [[o, c, int(how)] for (o, c), how in self._settled.items()],
+            "settled": list(self._settled_order),
         }
 
     @classmethod

@@ -10,7 +10,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from mq.broker.share_store import ShareKey, ShareStateStore
+from mq.broker.share_store import EPOCH_HEADER, TOPIC_ID_HEADER, ShareKey, ShareStateStore
 from mq.errors import FencedLeaderEpochError
 from mq.records.records import build_batch
 from mq.replication.cluster_state import ClusterView, TopicRecord
@@ -65,3 +65,11 @@ def test_a_refused_batch_admits_none_of_its_records() -> None:
     with pytest.raises(FencedLeaderEpochError):
         states.admit(batch(9, fence=True) + batch(1))
     states.admit(batch(8))  # the fence at 9 was not remembered
+
+
+def test_the_epoch_is_read_from_the_headers_without_decoding_the_state() -> None:
+    states = store()
+    headers = [(TOPIC_ID_HEADER, b"t1"), (EPOCH_HEADER, b"6")]
+    states.admit(build_batch([(KEY.encode(), b"\xc1 not msgpack", headers, 0)]))
+    with pytest.raises(FencedLeaderEpochError):
+        states.admit(batch(5))
