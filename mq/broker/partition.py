@@ -35,6 +35,7 @@ from mq.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     UnknownLeaderEpochError,
 )
 from mq.replication.placement import PartitionState
@@ -200,6 +201,16 @@ class Partition:
             raise UnknownLeaderEpochError(
                 f"{self.name}: epoch {current_leader_epoch} is newer than this leader's "
                 f"{self.leader_epoch}"
+            )
+
+    def require_caught_up(self) -> None:
+        """Raise OffsetNotAvailableError while, as leader, the high watermark is below the
+        log end this leader had when it took its epoch: until then it does not know where
+        the acknowledged data ends (as Kafka's ListOffsets)."""
+        if self.tracker is not None and self.high_watermark < self.tracker.epoch_start:
+            raise OffsetNotAvailableError(
+                f"{self.name}: the high watermark {self.high_watermark} is below "
+                f"the epoch start {self.tracker.epoch_start}"
             )
 
     # -- the leader's data path ------------------------------------------------------------

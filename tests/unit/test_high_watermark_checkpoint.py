@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mq.broker.partition import Partition
+from mq.errors import OffsetNotAvailableError
 from mq.records.records import build_batch
 from mq.replication.placement import PartitionState
 from mq.storage.checkpoint import HW_FILE_NAME, read_high_watermark, write_high_watermark
@@ -65,3 +68,21 @@ async def test_the_periodic_checkpoint_writes_only_a_moved_high_watermark(tmp_pa
     await partition.writer.call(lambda log_: None)
     assert read_high_watermark(tmp_path / "hw-0") is None
     await partition.close()
+
+
+async def test_a_new_leader_below_its_epoch_start_answers_offset_not_available(
+    tmp_path: Path,
+) -> None:
+    partition = await _filled(tmp_path, 3)
+    await partition.close()
+    (tmp_path / "hw-0" / HW_FILE_NAME).unlink()  # no checkpoint: it starts at the log start
+    reopened = Partition.open(tmp_path, "hw", 0, CONFIG)
+    reopened.apply_state(PartitionState((0, 1), 0, 2, (0, 1)), 2)  # a follower to hear from
+    reopened.start()
+    assert (reopened.high_watermark, reopened.local_end) == (0, 3)
+    with pytest.raises(OffsetNotAvailableError) as refused:
+        reopened.require_caught_up()  # where the acknowledged data ends is not known yet
+    assert refused.value.retriable
+    reopened.follower_fetched(1, 3)
+    reopened.require_caught_up()
+    await reopened.close()
