@@ -48,6 +48,8 @@ this many times ``max.message.bytes`` at produce (64 MiB for the default 1 MiB, 
 is also what a consumer accepts by default, ``DEFAULT_MAX_DECOMPRESSED``). Real record
 data compresses 2-10x, highly repetitive data more; past this a batch is a
 decompression bomb, refused before more memory is spent on it."""
+UNLIMITED_AS_MINUS_ONE = frozenset({"retention_ms", "retention_bytes"})
+"""Settings where, as in Kafka, ``-1`` means no limit (held as None; described as -1)."""
 
 
 CLEANUP_POLICIES = {
@@ -167,5 +169,7 @@ class LogConfig:
                     value = int(value)
                 except (TypeError, ValueError):
                     raise InvalidConfigError(f"{key} must be an integer, got {value!r}") from None
+                if field in UNLIMITED_AS_MINUS_ONE and value == -1:
+                    value = None  # Kafka's -1: no limit
             changes[field] = value
         return replace(self, **changes)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 from typing import Any
 
 import msgpack
@@ -73,16 +74,23 @@ async def test_share_state_load_skips_what_does_not_decode(
         build_batch([(wanted, state("x", 30), [], 0)], base_offset=5),
     ]
 
-    async def read(broker: Any, topic: str, index: int, start: int) -> AsyncIterator[bytes]:
+    async def read(
+        broker: Any, topic: str, index: int, start: int, *_: Any
+    ) -> AsyncIterator[bytes]:
         for chunk in chunks:
             yield chunk
 
+    async def fence(self: Any, key: ShareKey, topic_id: str, epoch: int) -> int:
+        return 6  # where the load's own fence record went
+
     monkeypatch.setattr(cluster_io, "read", read)
     monkeypatch.setattr(internal_records, "_logged", set())
-    store = ShareStateStore(broker=None)  # type: ignore[arg-type]  # only read() would use it
+    monkeypatch.setattr(ShareStateStore, "fence", fence)
+    broker = SimpleNamespace(config=SimpleNamespace(share_state_load_wait_ms=1000))
+    store = ShareStateStore(broker)  # type: ignore[arg-type]  # read() and fence() are fakes
     monkeypatch.setattr(ShareStateStore, "partition_for", lambda self, key: 3)
     with caplog.at_level(logging.ERROR, "mq.broker.internal_records"):
-        assert await store.load(KEY, "t1") == {"acked": 20}
+        assert await store.load(KEY, "t1", 3) == {"acked": 20}
     skipped_at = sorted(int(r.getMessage().split("offset ")[1].split()[0]) for r in caplog.records)
     assert skipped_at == [1, 2, 3, 5]
     assert all(r.getMessage().startswith("__share_state-3: ") for r in caplog.records)
