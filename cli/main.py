@@ -9,7 +9,9 @@ run :func:`main`.
 
 from __future__ import annotations
 
+import importlib
 import logging
+from typing import ClassVar
 
 import click
 
@@ -50,7 +52,26 @@ def configure_logging(verbose: int) -> None:
     root.setLevel(level)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    """A group whose heavier subcommands are imported only when used (``mq chaos``)."""
+
+    LAZY: ClassVar[dict[str, tuple[str, str]]] = {"chaos": ("chaos", "chaos")}
+    """name -> (module of this package, attribute)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.LAZY])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.LAZY:
+            module, attribute = self.LAZY[cmd_name]
+            command: click.Command = getattr(
+                importlib.import_module(f".{module}", __package__), attribute
+            )
+            return command
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(mq.__version__, "-V", "--version", prog_name="mq")
 @click.option("-v", "--verbose", count=True, help="Log more: -v for info, -vv for debug.")
 def main(verbose: int) -> None:

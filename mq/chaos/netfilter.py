@@ -66,6 +66,28 @@ def cleanup(only_pid: int | None = None) -> list[str]:
     return removed
 
 
+def cleanup_stale() -> list[str]:
+    """Delete the tables of chaos processes that no longer run; returns them."""
+    removed = []
+    for name in tables():
+        pid_text = name.removeprefix(TABLE_PREFIX).split("_")[0]
+        if pid_text.isdigit() and _alive(int(pid_text)):
+            continue
+        _nft("delete", "table", "inet", name)
+        removed.append(name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Partitions:
     """The partitions one run made, each a table; :meth:`heal` removes them all."""
 

@@ -89,7 +89,11 @@ class LogWorkload:
                     self.topic,
                     self.partitions,
                     3,
-                    {"min.insync.replicas": "2", "segment.bytes": str(segment_bytes)},
+                    {
+                        "min.insync.replicas": "2",
+                        "segment.bytes": str(segment_bytes),
+                        "max.message.bytes": str(segment_bytes),
+                    },
                 )
 
     async def run(self, stop: asyncio.Event) -> None:
