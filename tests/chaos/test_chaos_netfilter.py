@@ -1,0 +1,36 @@
+"""nftables partitions on loopback (root and nft only): traffic really dropped, rules
+really removed."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from mq.chaos import netfilter
+
+
+@pytest.mark.skipif(netfilter.unavailable_reason() is not None, reason="needs root and nft")
+def test_a_partition_drops_traffic_and_heal_removes_it() -> None:
+    server = socket.socket()
+    host = "127.0.6.7"
+    server.bind((host, 0))
+    server.listen()
+    port = server.getsockname()[1]
+    partitions = netfilter.Partitions()
+    try:
+        name = partitions.isolate("127.0.6.7", port)
+        assert name in netfilter.tables()
+        assert name.startswith(f"mq_chaos_{os.getpid()}_")
+        with (
+            pytest.raises(TimeoutError),
+            socket.create_connection(("127.0.6.7", port), timeout=0.5),
+        ):
+            pass
+    finally:
+        partitions.heal()
+    assert name not in netfilter.tables()
+    with socket.create_connection(("127.0.6.7", port), timeout=2):
+        pass
+    server.close()
