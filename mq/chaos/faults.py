@@ -47,6 +47,10 @@ MAX_FILL_CHUNKS = (DISK_BYTES // FILL_CHUNK) + 16
 MOUNT_TIMEOUT_S = 10.0
 """Bound on one mount or umount command."""
 FILLER = "chaos-filler"
+"""The file that fills the tmpfs of the ``disk`` fault."""
+RESTART_TIMEOUT_S = 30.0
+"""How long a restarted broker may take to listen: recovering its logs after a kill
+on a busy machine, with two brokers starting at once."""
 
 
 @dataclass
@@ -243,7 +247,7 @@ class Nemesis:
             for node in nodes:
                 self.cluster.brokers[node].launch()
             for node in nodes:
-                self.cluster.brokers[node].wait_listening(30)
+                self.cluster.brokers[node].wait_listening(RESTART_TIMEOUT_S)
 
         return undo
 
@@ -354,7 +358,7 @@ class Nemesis:
                 launched.append(node)
         for node in launched:
             try:
-                self.cluster.brokers[node].wait_listening(30)
+                self.cluster.brokers[node].wait_listening(RESTART_TIMEOUT_S)
             except LocalClusterError as exc:
                 problems.append(f"broker {node}: {exc}")
         return problems

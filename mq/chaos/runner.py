@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import random
 import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from typing import Any
 from mq.chaos import netfilter, planted, replicas
 from mq.chaos.checker import Anomalies, check
 from mq.chaos.faults import (
+    FILLER,
     DiskFault,
     FaultRecord,
     Nemesis,
@@ -168,8 +170,11 @@ def run_one(config: RunConfig, run: int, log: Callable[[str], None] = print) -> 
         else:
             node = rng.randrange(1, len(config.hosts) + 1)
             disk = DiskFault(node, base / f"node-{node}")
-            mount_tmpfs(disk.path)
-            disk.mounted = True
+            try:
+                mount_tmpfs(disk.path)
+                disk.mounted = True
+            except (OSError, subprocess.SubprocessError) as exc:
+                log(f"cannot mount a tmpfs on {disk.path} ({exc}): disk faults skipped")
     if "partition" in config.faults and (reason := netfilter.unavailable_reason()):
         log(reason)
     cluster = LocalCluster(
@@ -194,7 +199,7 @@ def run_one(config: RunConfig, run: int, log: Callable[[str], None] = print) -> 
             nemesis.partitions.heal()
         cluster.stop()
         if disk is not None and disk.mounted:
-            _keep_disk(disk)
+            _release_disk(disk, keep=result.failed or config.keep)
     result.faults = nemesis.records
     result.elapsed_s = round(time.monotonic() - began, 1)
     if not result.failed and not config.keep:
@@ -202,14 +207,18 @@ def run_one(config: RunConfig, run: int, log: Callable[[str], None] = print) -> 
     return result
 
 
-def _keep_disk(disk: DiskFault) -> None:
-    """Copy the tmpfs's contents to a plain directory in its place, then unmount."""
+def _release_disk(disk: DiskFault, *, keep: bool) -> None:
+    """Unmount the tmpfs; with ``keep``, its contents (the filler aside) are copied to a
+    plain directory in its place first, for a failed run's post-mortem."""
+    (disk.path / FILLER).unlink(missing_ok=True)
     saved = disk.path.with_name(disk.path.name + ".saved")
-    shutil.copytree(disk.path, saved, dirs_exist_ok=True)
+    if keep:
+        shutil.copytree(disk.path, saved, dirs_exist_ok=True)
     unmount(disk.path)
     disk.mounted = False
-    shutil.rmtree(disk.path, ignore_errors=True)
-    saved.rename(disk.path)
+    if keep:
+        shutil.rmtree(disk.path, ignore_errors=True)
+        saved.rename(disk.path)
 
 
 def _has(config: RunConfig, workload: str) -> bool:
