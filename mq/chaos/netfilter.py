@@ -2,9 +2,9 @@
 
 Each partition is an nftables table of its own, named
 ``mq_chaos_<pid>_<n>``, with one output-hook chain that drops packets on
-``lo`` to one address (and port): the unique name is how :func:`cleanup`
-finds leftovers of a run that died (``mq chaos run`` calls it before and
-after every run). :class:`Partitions` removes every table it added on
+``lo`` to one address (and port): the unique name is how :func:`cleanup_stale`
+finds the leftovers of a chaos process that died (every campaign calls it
+first). :class:`Partitions` removes every table it added on
 :meth:`Partitions.heal`, also from a ``finally`` on an exception or Ctrl-C.
 
 Not thread-safe: the nemesis thread adds and heals, the runner's ``finally``
@@ -53,17 +53,6 @@ def tables() -> list[str]:
     out = _nft("list", "tables", "inet")
     names = [line.split()[-1] for line in out.splitlines() if line.startswith("table inet ")]
     return [name for name in names if name.startswith(TABLE_PREFIX)]
-
-
-def cleanup(only_pid: int | None = None) -> list[str]:
-    """Delete leftover tables (of ``only_pid``, or every ``mq_chaos_`` one); returns them."""
-    removed = []
-    for name in tables():
-        if only_pid is not None and not name.startswith(f"{TABLE_PREFIX}{only_pid}_"):
-            continue
-        _nft("delete", "table", "inet", name)
-        removed.append(name)
-    return removed
 
 
 def cleanup_stale() -> list[str]:
