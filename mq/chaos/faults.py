@@ -30,6 +30,7 @@ from typing import Any
 
 from mq.chaos import netfilter
 from mq.chaos.nemesis import ROOT_KINDS, Fault
+from mq.chaos.netcls import NetClasses
 from mq.client import Admin
 from mq.errors import MQError
 from mq.local_cluster import LocalCluster, LocalClusterError
@@ -110,6 +111,9 @@ class Nemesis:
     faults: list[Fault]
     topics: list[str]
     disk: DiskFault | None = None
+    classes: NetClasses | None = None
+    """Net_cls classes for true partitions (None: partitions only make one broker
+    unreachable)."""
     records: list[FaultRecord] = field(default_factory=list)
     partitions: netfilter.Partitions = field(default_factory=netfilter.Partitions)
     stop_event: threading.Event = field(default_factory=threading.Event)
@@ -263,11 +267,39 @@ class Nemesis:
         return self.cluster.etcd.start
 
     def _partition(self, rng: random.Random, record: FaultRecord) -> Callable[[], None]:
-        node = self._any(rng)
-        broker = self.cluster.brokers[node]
-        record.target = f"broker {node} ({broker.host}:{broker.port}) unreachable"
-        self.partitions.isolate(broker.host, broker.port)
+        nodes = sorted(self.cluster.brokers)
+        node = rng.choice(nodes)
+        if self.classes is None:  # no net_cls: only "nobody reaches this broker"
+            broker = self.cluster.brokers[node]
+            record.target = f"broker {node} ({broker.host}:{broker.port}) unreachable"
+            self.partitions.isolate(broker.host, broker.port)
+            return self.partitions.heal
+        others = [n for n in nodes if n != node]
+        shape = rng.choice(["isolated", "bridge", "with-etcd"])
+        side_a: list[str] = [f"broker {node}"]
+        side_b: list[str] = [f"broker {n}" for n in others] + ["etcd"]
+        if shape == "bridge":  # two brokers cannot talk; both reach etcd and the third
+            side_b = [f"broker {rng.choice(others)}"]
+        elif shape == "with-etcd":  # a minority that keeps etcd
+            side_a, side_b = [f"broker {node}", "etcd"], [f"broker {n}" for n in others]
+        record.target = f"{' + '.join(side_a)} | {' + '.join(side_b)}"
+        self.partitions.split(self._classed(side_a), self._classed(side_b))
         return self.partitions.heal
+
+    def _classed(self, members: list[str]) -> list[tuple[int, str]]:
+        """Each member's (net_cls class id, address), its process moved into its class."""
+        assert self.classes is not None
+        out = []
+        for member in members:
+            if member == "etcd":
+                process, host = self.cluster.etcd.proc, self.cluster.etcd.host
+            else:
+                broker = self.cluster.brokers[int(member.split()[1])]
+                process, host = broker.proc, broker.host
+            if process is None or process.poll() is not None:
+                continue  # not running: nothing to cut off
+            out.append((self.classes.move(member.replace(" ", "-"), process.pid), host))
+        return out
 
     def _damage(
         self, rng: random.Random, record: FaultRecord, how: str

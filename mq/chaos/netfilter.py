@@ -2,10 +2,14 @@
 
 Each partition is an nftables table of its own, named
 ``mq_chaos_<pid>_<n>``, with one output-hook chain that drops packets on
-``lo`` to one address (and port): the unique name is how :func:`cleanup_stale`
-finds the leftovers of a chaos process that died (every campaign calls it
-first). :class:`Partitions` removes every table it added on
-:meth:`Partitions.heal`, also from a ``finally`` on an exception or Ctrl-C.
+``lo``: between two groups of processes told apart by their net_cls class
+(:meth:`Partitions.split`, see :mod:`mq.chaos.netcls`), or, where there is
+no net_cls, every packet to one address and port (:meth:`Partitions.isolate`:
+nobody reaches that broker, but its own connections out still work). The
+unique name is how :func:`cleanup_stale` finds the leftovers of a chaos
+process that died (every campaign calls it first). :class:`Partitions`
+removes every table it added on :meth:`Partitions.heal`, also from a
+``finally`` on an exception or Ctrl-C.
 
 Not thread-safe: the nemesis thread adds and heals, the runner's ``finally``
 heals after that thread has stopped.
@@ -60,14 +64,15 @@ def cleanup_stale() -> list[str]:
     removed = []
     for name in tables():
         pid_text = name.removeprefix(TABLE_PREFIX).split("_")[0]
-        if pid_text.isdigit() and _alive(int(pid_text)):
+        if pid_text.isdigit() and alive(int(pid_text)):
             continue
         _nft("delete", "table", "inet", name)
         removed.append(name)
     return removed
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -97,6 +102,30 @@ class Partitions:
             f"}}\n"
         )
         self.active.append(name)  # before adding: heal removes it even if half made
+        self._load(rules)
+        return name
+
+    def split(self, side_a: list[tuple[int, str]], side_b: list[tuple[int, str]]) -> str:
+        """A partition between two groups of processes, each ``(net_cls class id,
+        address)``: packets of a class on one side to an address on the other are
+        dropped, both ways (see :mod:`mq.chaos.netcls`); returns the table name."""
+        self._count += 1
+        name = f"{TABLE_PREFIX}{os.getpid()}_{self._count}"
+        drops = [
+            f'    oifname "lo" meta cgroup {src} ip daddr {dst} drop\n'
+            for one, other in ((side_a, side_b), (side_b, side_a))
+            for src, _ in one
+            for _, dst in other
+        ]
+        rules = (
+            f"table inet {name} {{\n"
+            f"  chain out {{\n"
+            f"    type filter hook output priority 0; policy accept;\n"
+            f"{''.join(drops)}"
+            f"  }}\n"
+            f"}}\n"
+        )
+        self.active.append(name)
         self._load(rules)
         return name
 

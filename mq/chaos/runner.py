@@ -40,6 +40,7 @@ from mq.chaos.faults import (
 )
 from mq.chaos.history import LogHistory, QueueHistory, ReplicaImages
 from mq.chaos.nemesis import schedule
+from mq.chaos.netcls import NetClasses, open_classes
 from mq.chaos.workloads import (
     CLIENT_TIMEOUT_MS,
     FINAL_READ_TIMEOUT_S,
@@ -175,8 +176,15 @@ def run_one(config: RunConfig, run: int, log: Callable[[str], None] = print) -> 
                 disk.mounted = True
             except (OSError, subprocess.SubprocessError) as exc:
                 log(f"cannot mount a tmpfs on {disk.path} ({exc}): disk faults skipped")
-    if "partition" in config.faults and (reason := netfilter.unavailable_reason()):
-        log(reason)
+    classes: NetClasses | None = None
+    if "partition" in config.faults:
+        reason = netfilter.unavailable_reason()
+        if reason:
+            log(reason)
+        else:
+            classes = open_classes()
+            if classes is None:
+                log("no net_cls cgroups: partitions only make one broker unreachable")
     cluster = LocalCluster(
         base,
         len(config.hosts),
@@ -187,7 +195,7 @@ def run_one(config: RunConfig, run: int, log: Callable[[str], None] = print) -> 
     )
     topics = [t for w, t in (("log", LOG_TOPIC), ("queue", QUEUE_NAME)) if _has(config, w)]
     faults = schedule(seed, config.faults, config.duration)
-    nemesis = Nemesis(cluster, faults, topics, disk, log=log)
+    nemesis = Nemesis(cluster, faults, topics, disk, classes, log=log)
     try:
         cluster.start()
         asyncio.run(_run(config, cluster, nemesis, result, rng, log))
@@ -198,6 +206,8 @@ def run_one(config: RunConfig, run: int, log: Callable[[str], None] = print) -> 
         with contextlib.suppress(netfilter.NetfilterError):
             nemesis.partitions.heal()
         cluster.stop()
+        if classes is not None:
+            classes.close()
         if disk is not None and disk.mounted:
             _release_disk(disk, keep=result.failed or config.keep)
     result.faults = nemesis.records

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
-from mq.chaos import netfilter
+from mq.chaos import netcls, netfilter
 
 
 @pytest.mark.skipif(netfilter.unavailable_reason() is not None, reason="needs root and nft")
@@ -55,3 +57,56 @@ def test_leftovers_of_dead_processes_are_removed_live_ones_kept() -> None:
         mine.heal()
         if leftover in netfilter.tables():
             netfilter.Partitions._load(f"delete table inet {leftover}\n")
+
+
+CONNECT = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=0.5).close()
+except OSError:
+    sys.exit(3)
+"""
+
+
+def _connects_from_child(
+    classes: netcls.NetClasses | None, name: str, host: str, port: int
+) -> bool:
+    """Whether a child process (in class ``name`` if given) can connect to host:port."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", f"import time; time.sleep(0.3)\n{CONNECT}", host, str(port)]
+    )
+    if classes is not None:
+        classes.move(name, child.pid)
+    return child.wait(10) == 0
+
+
+@pytest.mark.skipif(netfilter.unavailable_reason() is not None, reason="needs root and nft")
+def test_a_split_cuts_two_processes_apart_and_no_one_else() -> None:
+    classes = netcls.open_classes()
+    if classes is None:
+        pytest.skip("no net_cls cgroup hierarchy here")
+    host = "127.0.6.7"
+    server = socket.socket()
+    server.bind((host, 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+    partitions = netfilter.Partitions()
+    try:
+        cut_off = classes.classid("a")
+        partitions.split([(cut_off, "127.0.6.6")], [(classes.classid("b"), host)])
+        assert not _connects_from_child(classes, "a", host, port)
+        assert _connects_from_child(classes, "b", host, port)  # same side as the server
+        assert _connects_from_child(None, "", host, port)  # a client: no class
+        with socket.create_connection((host, port), timeout=2):
+            pass
+        partitions.heal()
+        assert _connects_from_child(classes, "a", host, port)
+    finally:
+        partitions.heal()
+        paths = [classes.root / f"mq_chaos_{os.getpid()}_{n}" for n in ("a", "b")]
+        mount_point = classes._mounted_here
+        classes.close()
+        server.close()
+    assert not any(p.exists() for p in paths)
+    if mount_point is not None:
+        assert not mount_point.exists()
