@@ -15,9 +15,11 @@ The kinds:
 * ``controller``: SIGKILL the controller, restart it;
 * ``two``: SIGKILL two brokers, restart both;
 * ``etcd``: SIGKILL etcd, restart it on its data directory;
-* ``partition``: drop every packet to one broker's address with nftables (its
-  own connections out still work: an asymmetric partition), remove the rule
-  after the hold (root and ``nft`` only);
+* ``partition``: a network partition with nftables, removed after the hold
+  (root and ``nft`` only): one broker isolated from the others and etcd, two
+  brokers cut apart, or one broker with etcd against the other two (each
+  process told apart by its net_cls class, :mod:`mq.chaos.netcls`); without
+  net_cls, every packet to one broker's address is dropped instead;
 * ``bitflip``: stop a broker, flip one bit in a closed segment of one of its
   workload replicas, restart it (the broker must detect the damage);
 * ``truncate``: the same, cutting a closed segment short;
