@@ -11,6 +11,8 @@ and exits 1 if any run found an anomaly, missed a planted one, or broke.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -166,7 +168,12 @@ def run(
         if json_path is not None:
             _write(json_path, config, results)
 
-    run_campaign(config, runs, log=lambda line: click.echo(line, err=True), on_result=done)
+    previous = _interrupt_on_sigterm()
+    try:
+        run_campaign(config, runs, log=lambda line: click.echo(line, err=True), on_result=done)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     totals = summary(results)
     click.echo(table(totals))
     if json_path is not None:
@@ -174,6 +181,16 @@ def run(
     if totals["failed_runs"]:
         click.echo(f"{totals['failed_runs']} failed runs, seeds {totals['failed_seeds']}", err=True)
         raise SystemExit(1)
+
+
+def _interrupt_on_sigterm() -> dict[int, Any]:
+    """SIGTERM (and SIGINT, even when a shell started us with it ignored) interrupt the
+    campaign like Ctrl-C, so that the run heals and stops its cluster, removes its
+    nftables rules and unmounts its tmpfs before exiting. Returns the handlers before."""
+    previous: dict[int, Any] = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+    return previous
 
 
 def _write(path: Path, config: RunConfig, results: list[RunResult]) -> None:

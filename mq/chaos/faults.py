@@ -49,6 +49,9 @@ MOUNT_TIMEOUT_S = 10.0
 """Bound on one mount or umount command."""
 FILLER = "chaos-filler"
 """The file that fills the tmpfs of the ``disk`` fault."""
+JOIN_TIMEOUT_S = 120.0
+"""How long stopping the nemesis may wait for its thread: undoing a ``two`` fault
+restarts two brokers, each bounded by :data:`RESTART_TIMEOUT_S`."""
 RESTART_TIMEOUT_S = 30.0
 """How long a restarted broker may take to listen: recovering its logs after a kill
 on a busy machine, with two brokers starting at once."""
@@ -117,10 +120,24 @@ class Nemesis:
     records: list[FaultRecord] = field(default_factory=list)
     partitions: netfilter.Partitions = field(default_factory=netfilter.Partitions)
     stop_event: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    """The thread running :meth:`run` (see :meth:`start`)."""
     error: BaseException | None = None
     log: Callable[[str], None] = lambda line: None
 
     # -- the schedule ---------------------------------------------------------------------
+
+    def start(self, started: float) -> None:
+        """Run :meth:`run` in a thread of its own."""
+        self.thread = threading.Thread(target=self.run, args=(started,), daemon=True)
+        self.thread.start()
+
+    def join(self) -> None:
+        """Stop (the current fault is undone at once) and wait for the thread (bounded:
+        an undo restarts brokers, which is bounded too)."""
+        self.stop_event.set()
+        if self.thread is not None:
+            self.thread.join(JOIN_TIMEOUT_S)
 
     def run(self, started: float) -> None:
         """Inject each fault at its time (``started`` is the workloads' monotonic start),

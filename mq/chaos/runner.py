@@ -20,7 +20,6 @@ import contextlib
 import random
 import shutil
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -202,7 +201,7 @@ def run_one(config: RunConfig, run: int, log: Callable[[str], None] = print) -> 
     except Exception as exc:
         result.problems.append(f"{type(exc).__name__}: {exc}")
     finally:
-        nemesis.stop_event.set()
+        nemesis.join()  # before the cluster stops: no fault restarts a broker after it
         with contextlib.suppress(netfilter.NetfilterError):
             nemesis.partitions.heal()
         cluster.stop()
@@ -266,14 +265,12 @@ async def _run(
     stop = asyncio.Event()
     loads = [w.run(stop) for w in (log_load, queue_load) if w is not None]
     tasks = [asyncio.ensure_future(load) for load in loads]
-    thread = threading.Thread(target=nemesis.run, args=(time.monotonic(),), daemon=True)
-    thread.start()
+    nemesis.start(time.monotonic())
     try:
         await asyncio.sleep(config.duration)
     finally:
         stop.set()
-        nemesis.stop_event.set()
-        await asyncio.to_thread(thread.join)
+        await asyncio.to_thread(nemesis.join)
         await asyncio.gather(*tasks, return_exceptions=True)
     for task in tasks:
         if task.exception() is not None:
