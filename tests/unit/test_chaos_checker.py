@@ -256,14 +256,14 @@ def test_every_planted_anomaly_is_caught(with_real_anomalies: bool) -> None:
 
 def test_a_blind_checker_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """If the checker stopped seeing a kind, proving it says so."""
-    real = planted.check
+    real = planted.check_log
 
-    def blind(*args: object) -> Anomalies:
-        found = real(*args)  # type: ignore[arg-type]
+    def blind(history: LogHistory) -> Anomalies:
+        found = real(history)
         found.counts["reordered"] = 0
         return found
 
-    monkeypatch.setattr(planted, "check", blind)
+    monkeypatch.setattr(planted, "check_log", blind)
     assert planted.prove(_log(), _queue(), ReplicaImages()) == ["reordered"]
 
 
