@@ -107,6 +107,9 @@ class RunResult:
     queue_sent: int = 0
     queue_deliveries: int = 0
     queue_acks: int = 0
+    ack_errors: dict[str, int] = field(default_factory=dict)
+    """Failed ack attempts by error class (not anomalies: an ack may fail during a
+    fault; one that fails although it settled the message is issue 17's point 4)."""
     anomalies: Anomalies = field(default_factory=Anomalies)
     missed_plants: list[str] = field(default_factory=list)
     healed: bool = False
@@ -138,6 +141,7 @@ class RunResult:
             "queue_sent": self.queue_sent,
             "queue_deliveries": self.queue_deliveries,
             "queue_acks": self.queue_acks,
+            "ack_errors": self.ack_errors,
             "anomalies": self.anomalies.to_json(),
             "anomaly_total": self.anomalies.total,
             "missed_plants": self.missed_plants,
@@ -305,6 +309,10 @@ async def _run(
         result.queue_sent = len(queue_history.sent)
         result.queue_deliveries = len(queue_history.deliveries)
         result.queue_acks = sum(1 for a in queue_history.acks if a.ok)
+        for attempt in queue_history.acks:
+            if not attempt.ok:
+                name = attempt.error.split(":", 1)[0]
+                result.ack_errors[name] = result.ack_errors.get(name, 0) + 1
     await asyncio.sleep(SETTLE_S)
     await asyncio.to_thread(cluster.stop)
     images = await asyncio.to_thread(
