@@ -55,7 +55,8 @@ def test_a_short_campaign_finds_no_anomaly(tmp_path: Path) -> None:
         assert result.queue_deliveries > 0
         assert result.missed_plants == [], f"seed {result.seed}: the checker missed some"
         found = {k: v for k, v in result.anomalies.counts.items() if v}
-        assert not found, f"seed {result.seed}: {found} {result.anomalies.examples}"
+        faults = [(f.kind, f.target, f.skipped) for f in result.faults]
+        assert not found, f"seed {result.seed}: {found} {result.anomalies.examples} {faults}"
         assert result.problems == [], f"seed {result.seed}: {result.problems}"
         assert result.healed
     if netfilter.unavailable_reason() is None:
