@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -80,17 +80,17 @@ def etcd_binary() -> str:
     raise EtcdNotFoundError(ETCD_INSTALL_HINT)
 
 
-def free_port() -> int:
-    """A loopback port that was free a moment ago."""
-    return free_ports(1)[0]
+def free_port(host: str = HOST) -> int:
+    """A port of ``host`` (a loopback address) that was free a moment ago."""
+    return free_ports(1, host)[0]
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct loopback ports that were free a moment ago (all held while picking)."""
+def free_ports(count: int, host: str = HOST) -> list[int]:
+    """``count`` distinct ports of ``host`` that were free a moment ago (all held while picking)."""
     sockets = [socket.socket() for _ in range(count)]
     try:
         for sock in sockets:
-            sock.bind((HOST, 0))
+            sock.bind((host, 0))
         return [int(sock.getsockname()[1]) for sock in sockets]
     finally:
         for sock in sockets:
@@ -123,19 +123,22 @@ class EtcdProcess:
         port: int = 0,
         peer_port: int = 0,
         new_session: bool = False,
+        host: str = HOST,
     ) -> None:
         """``port``/``peer_port`` 0 pick free ones; ``new_session`` keeps a terminal's
-        Ctrl-C from reaching etcd (whoever started it stops it, in order)."""
+        Ctrl-C from reaching etcd (whoever started it stops it, in order); ``host`` is
+        the loopback address it listens on."""
         self.data_dir = data_dir
-        self.port = port or free_port()
-        self.peer_port = peer_port or free_port()
+        self.host = host
+        self.port = port or free_port(host)
+        self.peer_port = peer_port or free_port(host)
         self.new_session = new_session
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.with_name(data_dir.name + ".log")
 
     @property
     def url(self) -> str:
-        return f"etcd://{HOST}:{self.port}"
+        return f"etcd://{self.host}:{self.port}"
 
     @property
     def alive(self) -> bool:
@@ -143,8 +146,8 @@ class EtcdProcess:
 
     def start(self) -> None:
         """Start and wait (bounded) until the client port accepts connections."""
-        client = f"http://{HOST}:{self.port}"
-        peer = f"http://{HOST}:{self.peer_port}"
+        client = f"http://{self.host}:{self.port}"
+        peer = f"http://{self.host}:{self.peer_port}"
         args = [
             etcd_binary(),
             "--name=mq-local",
@@ -169,7 +172,7 @@ class EtcdProcess:
             if self.proc.poll() is not None:
                 break
             try:
-                with socket.create_connection((HOST, self.port), timeout=0.5):
+                with socket.create_connection((self.host, self.port), timeout=0.5):
                     return
             except OSError:
                 time.sleep(POLL_S)
@@ -206,13 +209,16 @@ class BrokerProcess:
         log_settings: Mapping[str, Setting] | None = None,
         log_path: Path | None = None,
         new_session: bool = False,
+        host: str | None = None,
     ) -> None:
         """``settings`` are top-level broker settings of the config file; ``log_settings``
         its ``[log]`` table (``segment_bytes`` is a shorthand for ``segment.bytes``).
         ``port`` 0 picks a free one at the first start (restarts keep it); ``node_id``
         and ``metadata`` (``etcd://HOST:PORT``) become ``--node-id`` and ``--metadata``.
         ``log_path`` also appends every stderr line to that file; ``new_session`` keeps
-        a terminal's Ctrl-C from reaching the broker."""
+        a terminal's Ctrl-C from reaching the broker. ``host`` (a loopback address)
+        becomes ``--host``: the broker listens there and advertises it; None leaves
+        the broker's default (127.0.0.1)."""
         self.data_dir = data_dir
         self.node_id = node_id
         self.metadata = metadata
@@ -222,7 +228,8 @@ class BrokerProcess:
             self.log_settings["segment.bytes"] = segment_bytes
         self.log_path = log_path
         self.new_session = new_session
-        self.host = HOST
+        self.bind_host = host
+        self.host = host or HOST
         self.port = port
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
@@ -252,6 +259,8 @@ class BrokerProcess:
         args = [sys.executable, "-m", "mq_cli.main"]
         args += ["-v"] * int(os.environ.get("MQ_BROKER_VERBOSE", "0") or 0)  # logs for debugging
         args += ["serve", "--data-dir", str(self.data_dir), "--port", str(self.port)]
+        if self.bind_host is not None:
+            args += ["--host", self.bind_host]
         if self.node_id is not None:
             args += ["--node-id", str(self.node_id)]
         if self.metadata is not None:
@@ -409,27 +418,50 @@ class LocalCluster:
         *,
         port_base: int = 0,
         new_session: bool = False,
+        hosts: Sequence[str] | None = None,
+        etcd_host: str = HOST,
     ) -> None:
         """``port_base`` P puts broker N on port P+N-1 (0: free ports); ``new_session``
-        puts every process in a session of its own, so that only :meth:`stop` stops them."""
+        puts every process in a session of its own, so that only :meth:`stop` stops them.
+        ``hosts`` gives broker N its own loopback address ``hosts[N-1]`` (it listens
+        there and advertises it, so that a fault can single it out); None keeps every
+        broker on 127.0.0.1. ``etcd_host`` is etcd's address."""
         if nodes < 1:
             raise ValueError(f"a cluster needs at least one node, not {nodes}")
         clashing = NODE_KEYS & set(settings or {})
         if clashing:
             raise ValueError(f"settings {sorted(clashing)} are set per node by the cluster")
+        if hosts is not None and len(hosts) < nodes:
+            raise ValueError(f"{nodes} brokers need {nodes} hosts, not {len(hosts)}")
         self.base_dir = base_dir
         self.settings = dict(settings or {})
         self.log_settings = dict(log_settings or {})
         self.port_base = port_base
         self.new_session = new_session
-        ports = free_ports(2 + (0 if port_base else nodes))
+        self.hosts = None if hosts is None else list(hosts)
+        if hosts is None and etcd_host == HOST:  # all held at once: distinct ports
+            ports = free_ports(2 + (0 if port_base else nodes))
+        else:  # each process on its own address: free ports there
+            ports = free_ports(2, etcd_host)
+            if not port_base:
+                ports += [free_port(hosts[n] if hosts else HOST) for n in range(nodes)]
         self.etcd = EtcdProcess(
-            base_dir / "etcd", port=ports[0], peer_port=ports[1], new_session=new_session
+            base_dir / "etcd",
+            port=ports[0],
+            peer_port=ports[1],
+            new_session=new_session,
+            host=etcd_host,
         )
         self.brokers: dict[int, BrokerProcess] = {}
         for node_id in range(1, nodes + 1):
             port = port_base + node_id - 1 if port_base else ports[1 + node_id]
             self.brokers[node_id] = self._broker(node_id, port)
+
+    def host_of(self, node_id: int) -> str | None:
+        """Broker ``node_id``'s own loopback address (None: the default, 127.0.0.1)."""
+        if self.hosts is None or node_id > len(self.hosts):
+            return None
+        return self.hosts[node_id - 1]
 
     def _broker(self, node_id: int, port: int) -> BrokerProcess:
         return BrokerProcess(
@@ -441,6 +473,7 @@ class LocalCluster:
             log_settings=self.log_settings,
             log_path=self.base_dir / f"node-{node_id}.log",
             new_session=self.new_session,
+            host=self.host_of(node_id),
         )
 
     @property
@@ -491,15 +524,16 @@ class LocalCluster:
     def add_broker(self) -> BrokerProcess:
         """Start one more broker with the next node id (a scale-out) and return it."""
         node_id = max(self.brokers) + 1
-        port = self.port_base + node_id - 1 if self.port_base else self._unused_port()
+        host = self.host_of(node_id) or HOST
+        port = self.port_base + node_id - 1 if self.port_base else self._unused_port(host)
         broker = self.brokers[node_id] = self._broker(node_id, port)
         broker.start()
         return broker
 
-    def _unused_port(self) -> int:
+    def _unused_port(self, host: str = HOST) -> int:
         used = {self.etcd.port, self.etcd.peer_port} | {b.port for b in self.brokers.values()}
         for _ in range(MAX_PORT_ATTEMPTS):
-            port = free_port()
+            port = free_port(host)
             if port not in used:
                 return port
         raise LocalClusterError(f"no free port after {MAX_PORT_ATTEMPTS} tries")
