@@ -1,0 +1,162 @@
+"""Repair of a damaged replica from an in-sync one, and withdrawal from the ISR.
+
+When the scrubber (or a read) finds a damaged batch in a sealed segment of a
+replica hosted here, :func:`repair`:
+
+1. records the damage on the partition and takes this replica out of the ISR
+   with a compare-and-swap of the partition's state (:func:`withdraw`); if it
+   leads, the same write hands leadership to the first live in-sync replica in
+   the next leader epoch. Out of the ISR it cannot be elected, by a failover or
+   a preferred-leader election, until it has caught up again;
+2. once it follows, truncates its log at the damaged segment's base offset
+   (a sealed segment's boundaries cannot be trusted past the damage, and
+   truncation never walks into it) and hands the partition back to its replica
+   fetcher, which copies the range again, batch for batch, from the leader: the
+   segments come back byte-identical to the leader's. A truncation is the
+   log's own atomic step (later segments go newest first, the kept one is
+   synced, the recovery checkpoint moves);
+3. the leader adds it back to the ISR when it has caught up, as for any follower.
+
+With no other live in-sync replica (one replica, or all of them damaged) the
+data cannot be repaired here: the partition is marked unrepairable and reads
+of the damaged range fail with CORRUPT_DATA until an operator runs
+``mq storage repair``. The same withdrawal takes a replica whose log fails to
+open out of the ISR, so the controller's elections go elsewhere.
+
+Thread safety: one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+from mq.broker.partition import Partition, Role
+from mq.errors import MQError
+from mq.replication import cluster_state
+from mq.storage.scrub import SegmentDamage
+
+if TYPE_CHECKING:
+    from mq.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+WITHDRAW_ATTEMPTS: Final = 10
+"""Compare-and-swap attempts at leaving the ISR: each fails only when the state
+changed meanwhile (an election, an ISR change), which settles within a few."""
+REPAIR_WAIT_S: Final = 60.0
+"""How long a repair waits for leadership to move away, and then for the
+re-fetch to cover the damaged range, before it gives up (the scrubber tries
+again at its next pass): ten session timeouts, far more than a failover takes."""
+POLL_S: Final = 0.05
+"""How often a repair looks at the partition while it waits."""
+
+
+async def withdraw(broker: Broker, topic: str, index: int) -> bool:
+    """Take this node out of the partition's ISR, handing leadership on if it leads.
+
+    True once it is out (or the partition is gone); False when no other live
+    in-sync replica exists to take over: the state is left as it is.
+    """
+    me = broker.node_id
+    for _ in range(WITHDRAW_ATTEMPTS):
+        found = await cluster_state.read_partition(broker.store, topic, index)
+        if found is None:
+            return True
+        state, revision = found
+        if me not in state.isr and state.leader != me:
+            return True
+        live = set(broker.view.brokers)
+        others = [r for r in state.isr if r != me and r in live]
+        if not others:
+            return False
+        wanted = state._replace(isr=tuple(r for r in state.isr if r != me))
+        if state.leader == me:
+            wanted = wanted._replace(leader=others[0], leader_epoch=state.leader_epoch + 1)
+        written = await cluster_state.replace_partition_state(
+            broker.store, topic, index, wanted, revision
+        )
+        if written is not None:
+            log.warning(
+                "%s-%d: node %d leaves the ISR %s → %s, leader %d (epoch %d)",
+                topic,
+                index,
+                me,
+                list(state.isr),
+                list(wanted.isr),
+                wanted.leader,
+                wanted.leader_epoch,
+            )
+            return True
+    raise MQError(f"{topic}-{index}: the state keeps changing while node {me} leaves the ISR")
+
+
+async def _until(ready: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(POLL_S)
+    return True
+
+
+async def repair(broker: Broker, partition: Partition, damage: SegmentDamage, end: int) -> bool:
+    """Repair ``partition``'s replica here from an in-sync one (see the module docstring).
+
+    ``end``: the offset the damaged range ends before (the next segment's base).
+    True once the replica holds the range again; False when it cannot be
+    repaired now (no healthy in-sync copy, or leadership did not move in time).
+    """
+    started = time.monotonic()
+    topic, index = partition.topic, partition.index
+    partition.damage = damage
+    if not await withdraw(broker, topic, index):
+        if not partition.unrepairable:
+            log.error(
+                "%s: offsets %s are damaged on broker %d and no other live in-sync replica "
+                "has a healthy copy: reads of them fail with CORRUPT_DATA until an operator "
+                "runs `mq storage repair --cut` or `--skip` (%s)",
+                partition.name,
+                damage.offsets(end),
+                broker.node_id,
+                damage,
+            )
+        partition.unrepairable = True
+        return False
+    partition.unrepairable = False
+    partition.repairing = True
+    try:
+        for fetcher in broker.replicas.fetchers.values():
+            fetcher.remove(topic, index)
+        if not await _until(lambda: partition.role is not Role.LEADER, REPAIR_WAIT_S):
+            log.warning("%s: leadership did not move within %s s", partition.name, REPAIR_WAIT_S)
+            return False
+        await partition.truncate_to(damage.segment_base)
+        # a fetch sent before the truncation may have brought this node back: answered by now
+        await asyncio.sleep(broker.config.replica_fetch_wait_max_ms / 1000 + POLL_S)
+        await withdraw(broker, topic, index)
+    finally:
+        partition.repairing = False
+        broker.replicas.apply_written(partition)  # back to its leader's fetcher
+    log.info(
+        "%s: truncated to %d on broker %d, fetching offsets %s again from the leader",
+        partition.name,
+        damage.segment_base,
+        broker.node_id,
+        damage.offsets(end),
+    )
+    if not await _until(lambda: partition.local_end >= end, REPAIR_WAIT_S):
+        log.warning("%s: the re-fetch did not reach offset %d in time", partition.name, end)
+        return False
+    partition.damage = None
+    log.warning(
+        "%s: repaired offsets %s on broker %d from the leader in %.2f s",
+        partition.name,
+        damage.offsets(end),
+        broker.node_id,
+        time.monotonic() - started,
+    )
+    return True
