@@ -144,6 +144,7 @@ class Scrubber:
                 pass
 
     async def _pass(self) -> None:
+        started = time.monotonic()
         for key in sorted(self._broker.partitions):
             while self._urgent:  # a damaged read does not wait for the pass
                 urgent = next(iter(self._urgent))
@@ -153,7 +154,13 @@ class Scrubber:
                     self._urgent.pop(urgent, None)
             await self._check_partition(key)
         self.passes += 1
-        log.debug("scrub pass %d done on broker %d", self.passes, self._broker.node_id)
+        log.info(
+            "scrub pass %d done on broker %d in %.2f s: %d damaged so far",
+            self.passes,
+            self._broker.node_id,
+            time.monotonic() - started,
+            len(self.found),
+        )
 
     async def _check_partition(self, key: Key) -> None:
         """Check every sealed segment of one partition; start a repair at the first damage."""
