@@ -201,7 +201,6 @@ def test_a_flipped_byte_in_the_leader_moves_leadership_and_is_repaired(tmp_path:
             assert now != leader
             took = await _until_repaired(cluster, leader, path, flipped)
             print(f"leader {leader}: found, moved and repaired in {took:.2f} s (throttled)")
-            print("\n".join(l for l in cluster.broker(leader).output if "rot-0" in l))
             offsets = await reader
             assert offsets == list(range(RECORDS))
             assert await _read_all(cluster.bootstrap) == list(range(RECORDS))
