@@ -50,9 +50,11 @@ from mq.storage.verify import _sound_header as sound_header
 
 log = logging.getLogger(__name__)
 
-PACE_BYTES = 1 << 20
-"""Bytes checked between two calls of the pace callback: small enough that a rate
-limit of a few MiB/s stays smooth, large enough that the callback costs nothing."""
+PACE_BYTES = 256 * 1024
+"""Bytes checked between two calls of the pace callback (where the scrubber's
+thread sleeps and gives the event loop the GIL): with 1 KiB batches, the worst
+case, about a millisecond of Python work; large enough that the callback costs
+nothing (``python -m benchmarks.scrub_lag``)."""
 
 Pace = Callable[[int], None]
 """Called with the bytes checked since the last call (a rate limiter sleeps in it)."""
