@@ -106,6 +106,7 @@ class Scrubber:
             return
         task = asyncio.get_running_loop().create_task(self._withdraw_unopened(key))
         self._failed_opens[key] = task
+        task.add_done_callback(lambda _: self._failed_opens.pop(key, None))  # fails again later
 
     async def _withdraw_unopened(self, key: Key) -> None:
         while True:
