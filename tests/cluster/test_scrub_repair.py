@@ -210,3 +210,52 @@ def test_a_flipped_byte_in_the_leader_moves_leadership_and_is_repaired(tmp_path:
         asyncio.run(scenario())
     finally:
         cluster.stop()
+
+
+FIELDS = {
+    "baseOffset": 7,
+    "batchLength": 8,
+    "partitionLeaderEpoch": 15,
+    "magic": 16,
+    "crc": 19,
+    "attributes": 22,
+    "lastOffsetDelta": 26,
+    "recordsCount": 60,
+}
+"""A byte of each header field of a batch (its offset in the batch)."""
+
+
+def test_a_flip_in_any_header_field_of_a_follower_is_repaired(tmp_path: Path) -> None:
+    cluster = _cluster(tmp_path)
+    cluster.start()
+    try:
+
+        async def scenario() -> None:
+            await _fill(cluster)
+            leader, _ = await _isr(cluster)
+            follower = next(n for n in (1, 2, 3) if n != leader)
+            took = []
+            for n, (field, at) in enumerate(FIELDS.items(), start=1):
+                flipped = time.monotonic()
+                path = _flip(cluster, follower, at)
+
+                async def repaired(count: int = n) -> bool:
+                    lines = cluster.broker(follower).output
+                    done = sum("repaired offsets" in line for line in lines)
+                    _, isr = await _isr(cluster)
+                    return done >= count and follower in isr
+
+                await wait_until(repaired, REPAIR_WITHIN_S, f"a flip in {field} repaired")
+                took.append(time.monotonic() - flipped)
+            print(
+                f"follower {follower}: {len(took)} flips, found and repaired in "
+                + ", ".join(f"{t:.2f}" for t in took)
+                + " s"
+            )
+            assert await _read_all(cluster.bootstrap) == list(range(RECORDS))
+            cluster.stop()
+            _identical(cluster, path)
+
+        asyncio.run(scenario())
+    finally:
+        cluster.stop()
