@@ -15,7 +15,9 @@ replica hosted here, :func:`repair`:
    segments come back byte-identical to the leader's. A truncation is the
    log's own atomic step (later segments go newest first, the kept one is
    synced, the recovery checkpoint moves);
-3. the leader adds it back to the ISR when it has caught up, as for any follower.
+3. the leader adds it back to the ISR when it has caught up, as for any follower
+   (until the damaged range is back, the replica leaves again if a leader acting
+   on an older view wrote it back).
 
 With no other live in-sync replica (one replica, or all of them damaged) the
 data cannot be repaired here: the partition is marked unrepairable and reads
@@ -103,6 +105,25 @@ async def _until(ready: Callable[[], bool], timeout_s: float) -> bool:
     return True
 
 
+async def _refetched(broker: Broker, partition: Partition, end: int) -> bool:
+    """Wait until the log holds everything before ``end`` again (bounded).
+
+    Meanwhile this replica must stay out of the ISR: a leader that changed the ISR
+    from a view older than the withdrawal may have written it back, so it leaves
+    again whenever the view shows it in.
+    """
+    deadline = time.monotonic() + REPAIR_WAIT_S
+    key = (partition.topic, partition.index)
+    while partition.local_end < end:
+        if time.monotonic() >= deadline:
+            return False
+        state = broker.view.partitions.get(key)
+        if state is not None and broker.node_id in state.isr:
+            await withdraw(broker, *key)
+        await asyncio.sleep(POLL_S)
+    return True
+
+
 async def repair(broker: Broker, partition: Partition, damage: SegmentDamage, end: int) -> bool:
     """Repair ``partition``'s replica here from an in-sync one (see the module docstring).
 
@@ -148,7 +169,7 @@ async def repair(broker: Broker, partition: Partition, damage: SegmentDamage, en
         broker.node_id,
         damage.offsets(end),
     )
-    if not await _until(lambda: partition.local_end >= end, REPAIR_WAIT_S):
+    if not await _refetched(broker, partition, end):
         log.warning("%s: the re-fetch did not reach offset %d in time", partition.name, end)
         return False
     partition.damage = None
