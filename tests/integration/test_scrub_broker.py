@@ -76,11 +76,13 @@ async def _consume_until_error(bootstrap: str) -> tuple[list[int], BaseException
     return offsets, None
 
 
-@pytest.fixture
-def rotten(tmp_path: Path) -> tuple[BrokerProcess, Path, int]:
+@pytest.fixture(params=["scrubbing", "scrub off"])
+def rotten(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[BrokerProcess, Path, int]:
+    """Damaged data under a broker that scrubs, or one that does not (the read reports it)."""
+    settings = SETTINGS if request.param == "scrubbing" else {"scrub_bytes_per_sec": 0}
     broker = BrokerProcess(
         tmp_path / "data",
-        settings=SETTINGS,
+        settings=settings,
         log_settings={"segment.bytes": SEGMENT_BYTES, "max.message.bytes": SEGMENT_BYTES // 2},
     )
     broker.start()
