@@ -118,6 +118,7 @@ class Fetcher:
         for tp in tps:
             self.states.pop(tp, None)
             self.held.discard(tp)
+            self._corrupt.pop(tp, None)
 
     def hold(self, tps: Iterable[TopicPartition]) -> None:
         """Stop fetching and handing out these partitions until :meth:`release` or removal."""
