@@ -164,6 +164,13 @@ class Scrubber:
         )
 
     async def _check_partition(self, key: Key) -> None:
+        """Check one partition (a bug there must not stop the scrubber for the others)."""
+        try:
+            await self._check_sealed(key)
+        except Exception:
+            log.exception("scrub: checking %s-%d", *key)
+
+    async def _check_sealed(self, key: Key) -> None:
         """Check every sealed segment of one partition; start a repair at the first damage."""
         partition = self._broker.partitions.get(key)
         if partition is None or key in self._repairs:

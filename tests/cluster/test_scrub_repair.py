@@ -39,6 +39,12 @@ REPAIR_WITHIN_S = 60.0
 PASS_LINE = re.compile(r"scrub pass (\d+) done")
 
 
+@pytest.fixture(autouse=True)
+def _verbose_brokers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """INFO logs from the brokers: the scrubber's "scrub pass N done" lines count passes."""
+    monkeypatch.setenv("MQ_BROKER_VERBOSE", "1")
+
+
 def _cluster(tmp_path: Path, **settings: int | str) -> LocalCluster:
     return LocalCluster(
         tmp_path / "cluster",
@@ -159,6 +165,7 @@ def test_a_flipped_byte_in_a_follower_is_found_and_repaired_from_the_leader(tmp_
             path = _flip(cluster, follower, None)
             took = await _until_repaired(cluster, follower, path, flipped)
             found_after = _found_damage(cluster, follower, path)
+            assert before > 0, "no scrub pass logged before the flip"
             assert found_after is not None
             assert found_after <= before + 1, "not found within one full pass after the flip"
             print(f"follower {follower}: found and repaired in {took:.2f} s")
@@ -204,6 +211,23 @@ def test_a_flipped_byte_in_the_leader_moves_leadership_and_is_repaired(tmp_path:
             offsets = await reader
             assert offsets == list(range(RECORDS))
             assert await _read_all(cluster.bootstrap) == list(range(RECORDS))
+            # more data in the new epoch, and scrub passes over it everywhere: no false alarm
+            async with Producer(cluster.bootstrap, acks="all", batch_size=4096) as producer:
+                for i in range(RECORDS):
+                    await producer.send(TOPIC, b"more-%06d-" % i + b"y" * 150, partition=0)
+            passes = {n: _passes(cluster, n) for n in cluster.brokers}
+
+            async def scrubbed_twice() -> bool:
+                return all(_passes(cluster, n) >= passes[n] + 2 for n in cluster.brokers)
+
+            await wait_until(scrubbed_twice, REPAIR_WITHIN_S, "two more scrub passes")
+            alarms = [
+                line
+                for b in cluster.brokers.values()
+                for line in b.output
+                if "ERROR" in line and "scrub:" in line
+            ]
+            assert len(alarms) == 1, alarms  # the one flip
             cluster.stop()
             _identical(cluster, path)
 
