@@ -35,9 +35,11 @@ sealed segment is never written again (the cleaner replaces it by a rename);
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +47,7 @@ from mq.records.batch import LOG_OVERHEAD, Buffer, compute_crc
 from mq.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from mq.storage.fileio import DEFAULT_IO, FileIO
 from mq.storage.segment import MAX_RELATIVE_OFFSET, segment_name
-from mq.storage.verify import SEGMENT_FILE, _first_nonzero, _mapped, _zero_tail, partition_segments
+from mq.storage.verify import SEGMENT_FILE, partition_segments
 from mq.storage.verify import _sound_header as sound_header
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,8 @@ nothing (``python -m benchmarks.scrub_lag``)."""
 
 Pace = Callable[[int], None]
 """Called with the bytes checked since the last call (a rate limiter sleeps in it)."""
+ZERO_CHUNK = 1 << 20
+"""Bytes compared at a time when looking for the end of a run of zeros."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,29 @@ class SegmentDamage:
             f"{self.path} at byte {self.position}: offsets {self.offsets()} are damaged "
             f"({self.reason})"
         )
+
+
+@contextmanager
+def _mapped(path: Path) -> Iterator[Buffer]:
+    """The file's bytes through a read-only map (an empty file cannot be mapped)."""
+    with open(path, "rb") as f:
+        if not f.seek(0, 2):
+            yield b""
+            return
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            yield buf
+
+
+def _first_nonzero(buf: Buffer, start: int, end: int) -> int | None:
+    """Position of the first non-zero byte in ``buf[start:end]``, None if all zero."""
+    pos = start
+    while pos < end:
+        chunk = bytes(buf[pos : min(end, pos + ZERO_CHUNK)])
+        rest = chunk.lstrip(b"\0")
+        if rest:
+            return pos + len(chunk) - len(rest)
+        pos += len(chunk)
+    return None
 
 
 def _epoch_at(epochs: Sequence[tuple[int, int]], starts: list[int], offset: int) -> int | None:
@@ -127,10 +154,16 @@ def scan_buffer(
 
     while pos < end:
         if _first_nonzero(buf, pos, min(end, pos + LOG_OVERHEAD)) is None:
-            is_padding, why = _zero_tail(buf, pos)
-            if is_padding and allow_padding:
-                return None
-            return damage(why or f"{end - pos} zero bytes where batches should be", None, None)
+            data_at = _first_nonzero(buf, pos, end)
+            if data_at is None and allow_padding:
+                return None  # preallocated space after the last batch
+            why = (
+                f"{end - pos} zero bytes where batches should be"
+                if data_at is None
+                else f"{data_at - pos} zero bytes at byte {pos} are followed by data at byte "
+                f"{data_at} (a wiped batch header?)"
+            )
+            return damage(why, None, None)
         header = sound_header(buf, pos)
         if isinstance(header, str):
             return damage(header, None, None)
