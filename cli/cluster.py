@@ -36,6 +36,7 @@ from mq.local_cluster import (
 from mq.wire.apis_core import MetadataResponse
 
 from .common import bootstrap_option, run
+from .rebalance import rebalance
 
 MAX_LOCAL_NODES = 16
 """Brokers ``mq cluster up`` starts at most: each is a Python process of its own on
@@ -50,6 +51,8 @@ NO_LEADER = -1
 def cluster() -> None:
     """Run a local cluster; inspect a cluster."""
 
+
+cluster.add_command(rebalance)
 
 # -- status ---------------------------------------------------------------------------------
 

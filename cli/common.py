@@ -12,7 +12,6 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import click
-import uvloop
 
 from mq.errors import MQError
 
@@ -33,6 +32,8 @@ bootstrap_option = click.option(
 
 def run(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a coroutine on uvloop, turning mq and OS errors into one-line CLI errors."""
+    import uvloop  # here, not at the top: ``--help`` does not load asyncio
+
     try:
         return uvloop.run(main())
     except MQError as exc:

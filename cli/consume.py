@@ -76,8 +76,11 @@ def consume(
 
     try:
         run(main)
-    finally:
-        click.echo(f"{count} messages", err=True)
+    except click.ClickException:
+        if count:  # what was printed before the error
+            click.echo(f"{count} messages", err=True)
+        raise
+    click.echo(f"{count} messages", err=True)
 
 
 async def _check_not_stalled(consumer: mq.Consumer, idle_s: float) -> None:

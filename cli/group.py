@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import click
 
 import mq
-from mq.client.admin import GroupDescription
+
+if TYPE_CHECKING:
+    from mq.client.admin import GroupDescription
 
 from .common import bootstrap_option, echo_table, run
 

@@ -2,30 +2,64 @@
 
 Each area of the command line is a module with its own group or command
 (:mod:`cli.storage` holds the storage admin tools); this module only sets up
-what every command shares, ``--version`` and ``-v`` logging, and adds them.
+what every command shares, ``--version`` and ``-v`` logging, and names them.
+A subcommand's module is imported only when that subcommand runs (or its help
+is asked for): ``mq --help`` and ``mq topic --help`` load click and little
+else, not the broker, uvloop or the client (``benchmarks/cli_startup.py``).
 The console script ``mq`` (see ``setup.cfg``) and ``python -m mq_cli.main`` both
 run :func:`main`.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+from typing import Any
 
 import click
 
-import mq
-
-from .cluster import cluster
-from .consume import consume
-from .group import group
-from .produce import produce
-from .queue import ack, nack, queue, receive, send
-from .rebalance import rebalance
-from .serve import serve
-from .storage import storage
-from .topic import topic
-
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "ack": ("queue", "Ack messages: done, deleted."),
+    "cluster": ("cluster", "Run a local cluster; inspect a cluster."),
+    "consume": ("consume", "Print messages of TOPIC until --max-messages, --timeout or..."),
+    "group": ("group", "Inspect consumer groups."),
+    "nack": ("queue", "Nack messages: delivered again after --delay (or dead-lettered)."),
+    "produce": ("produce", "Send one message per line of stdin (or --file) to TOPIC."),
+    "queue": ("queue", "Manage queues: topics read by share groups, with leases and..."),
+    "receive": ("queue", "Receive up to --max-messages messages from QUEUE and print them."),
+    "send": ("queue", "Send one message per line of stdin to QUEUE (all lines at once)."),
+    "serve": ("serve", "Run a broker (a single node with the embedded defaults unless..."),
+    "storage": ("storage", "Inspect and check log files on disk (the broker need not run)."),
+    "topic": ("topic", "Manage topics."),
+}
+"""Subcommand -> (the module of this package defining it, its short help for ``mq --help``).
+The short help is the command's own, as click would shorten it: a unit test holds them
+equal, so ``mq --help`` can list the commands without importing them."""
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported from their modules on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *super().list_commands(ctx)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is not None or cmd_name not in COMMANDS:
+            return found
+        module = importlib.import_module(f"{__package__}.{COMMANDS[cmd_name][0]}")
+        command: click.Command = getattr(module, cmd_name)
+        self.add_command(command, cmd_name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of ``--help`` from :data:`COMMANDS`, without importing them."""
+        rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 class _ClickHandler(logging.Handler):
@@ -50,27 +84,29 @@ def configure_logging(verbose: int) -> None:
     root.setLevel(level)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(mq.__version__, "-V", "--version", prog_name="mq")
+def _print_version(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    import mq
+
+    click.echo(f"mq, version {mq.__version__}")
+    ctx.exit()
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "-V",
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 @click.option("-v", "--verbose", count=True, help="Log more: -v for info, -vv for debug.")
 def main(verbose: int) -> None:
     """mq: a durable, replicated message queue and log broker."""
     configure_logging(verbose)
-
-
-main.add_command(serve)
-main.add_command(topic)
-main.add_command(produce)
-main.add_command(consume)
-main.add_command(group)
-main.add_command(queue)
-main.add_command(send)
-main.add_command(receive)
-main.add_command(ack)
-main.add_command(nack)
-main.add_command(storage)
-cluster.add_command(rebalance)
-main.add_command(cluster)
 
 
 if __name__ == "__main__":

@@ -65,22 +65,35 @@ def queue() -> None:
 @click.option("--delay", type=SECONDS, default=0, show_default=True, help="Default send delay.")
 @click.option("--fifo", is_flag=True, help="In order per key: one in flight per key at a time.")
 @click.option("-r", "--replication-factor", type=click.IntRange(min=1), help="Replicas.")
+@click.option(
+    "--if-not-exists", is_flag=True, help="Succeed if it exists (its settings unchanged)."
+)
 @bootstrap_option
 def create(
-    name: str, partitions: int, replication_factor: int | None, bootstrap: str, **settings: Any
+    name: str,
+    partitions: int,
+    replication_factor: int | None,
+    if_not_exists: bool,
+    bootstrap: str,
+    **settings: Any,
 ) -> None:
     """Create queue NAME (and its dead-letter queue).
 
     The dead-letter queue gets the same settings (without delay or a dead-letter
-    queue of its own).
+    queue of its own). With --if-not-exists an existing topic NAME is no error,
+    as with Kafka's tools: it is left as it is, whatever its settings.
     """
 
-    async def main() -> None:
+    async def main() -> bool:
         async with mq.QueueClient(bootstrap=bootstrap) as client:
             rf = replication_factor or -1
-            await client.create_queue(name, partitions, replication_factor=rf, **settings)
+            return await client.create_queue(
+                name, partitions, replication_factor=rf, exist_ok=if_not_exists, **settings
+            )
 
-    run(main)
+    if not run(main):
+        click.echo(f"queue {name} already exists")
+        return
     dlq = settings["dead_letter_queue"]
     dead = f" (dead letters to {dlq})" if dlq else ""
     click.echo(f"created queue {name}{dead}")

@@ -21,23 +21,35 @@ def topic() -> None:
     "-r", "--replication-factor", type=click.IntRange(min=1), help="Replicas per partition."
 )
 @click.option("-c", "--config", "configs", multiple=True, help="A topic setting KEY=VALUE.")
+@click.option(
+    "--if-not-exists", is_flag=True, help="Succeed if it exists (its settings unchanged)."
+)
 @bootstrap_option
 def create(
     name: str,
     partitions: int | None,
     replication_factor: int | None,
     configs: tuple[str, ...],
+    if_not_exists: bool,
     bootstrap: str,
 ) -> None:
-    """Create topic NAME."""
+    """Create topic NAME.
+
+    With --if-not-exists an existing topic NAME is no error, as with Kafka's
+    tools: it is left as it is, whatever its partitions and settings.
+    """
     settings = parse_pairs(configs, "--config")
 
-    async def main() -> None:
+    async def main() -> bool:
         async with mq.Admin(bootstrap=bootstrap) as admin:
-            await admin.create_topic(name, partitions or -1, replication_factor or -1, settings)
+            return await admin.create_topic(
+                name, partitions or -1, replication_factor or -1, settings, exist_ok=if_not_exists
+            )
 
-    run(main)
-    click.echo(f"created topic {name}")
+    if run(main):
+        click.echo(f"created topic {name}")
+    else:
+        click.echo(f"topic {name} already exists")
 
 
 @topic.command(name="list")

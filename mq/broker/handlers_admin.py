@@ -25,8 +25,10 @@ from mq.errors import (
     UnknownTopicOrPartitionError,
 )
 from mq.queues.config import DEFAULTS as QUEUE_DEFAULTS
+from mq.queues.config import is_queue
 from mq.replication.membership import BrokerInfo
 from mq.replication.placement import PartitionState
+from mq.storage.config import UNLIMITED_AS_MINUS_ONE
 from mq.storage.log import Log
 from mq.wire.apis_core import (
     AlterConfigsRequest,
@@ -177,9 +179,12 @@ async def describe_configs(
         log_configs, _ = split_topic_configs(info.configs)
         effective = topic_log_config(broker.config.log, log_configs)
         entries: list[ConfigEntry] = []
+        queue = is_queue(info.configs)
         for key in sorted(TOPIC_CONFIG_KEYS):
             if topic["keys"] is not None and key not in topic["keys"]:
                 continue
+            if key in QUEUE_DEFAULTS and not queue and topic["keys"] is None:
+                continue  # a plain topic: its queue settings would only confuse
             value: Any
             if key == "min.insync.replicas":
                 value = broker.min_insync_replicas(info)
@@ -188,8 +193,11 @@ async def describe_configs(
             elif key in QUEUE_DEFAULTS:
                 value = info.configs.get(key, QUEUE_DEFAULTS[key])
             else:
-                value = getattr(effective, key.replace(".", "_"))
+                field = key.replace(".", "_")
+                value = getattr(effective, field)
                 value = getattr(value, "value", value)
+                if value is None and field in UNLIMITED_AS_MINUS_ONE:
+                    value = -1  # no limit, shown as Kafka shows it
             entries.append(
                 {
                     "name": key,

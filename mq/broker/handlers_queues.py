@@ -132,12 +132,13 @@ async def queue_ack(broker: Broker, ctx: RequestContext, body: AckRequest) -> Ac
                 "error": 0,
                 "message": None,
                 "failed": [],
+                "never_delivered": [],
             }
             results.append(result)
             try:
                 session = await manager.session(group, topic["name"], settlement["partition"])
                 await manager.ready(session)
-                result["failed"] = _settle(session, settlement)
+                result["failed"], result["never_delivered"] = _settle(session, settlement)
             except MQError as exc:
                 set_error(result, exc)
                 continue
@@ -151,13 +152,16 @@ async def queue_ack(broker: Broker, ctx: RequestContext, body: AckRequest) -> Ac
     return cast(AckResponse, {"topics": topics})
 
 
-def _settle(session: Session, settlement: Any) -> list[int]:
+def _settle(session: Session, settlement: Any) -> tuple[list[int], list[int]]:
+    """Apply a partition's settlements; returns the offsets refused and, of those, the
+    ones whose receipt names a delivery that never happened."""
     offsets, counts = settlement["offsets"], settlement["counts"]
     if len(offsets) != len(counts):
         raise InvalidReceiptError(f"{len(offsets)} offsets but {len(counts)} delivery counts")
     share, action, ms = session.share, settlement["action"], settlement["ms"]
     now = int(time.time() * 1000)
     failed: list[int] = []
+    never: list[int] = []
     for offset, count in zip(offsets, counts, strict=True):
         try:
             if action == ACK:
@@ -170,7 +174,9 @@ def _settle(session: Session, settlement: Any) -> list[int]:
                 share.extend(offset, count, now, ms)
         except InvalidReceiptError:
             failed.append(offset)
-    return failed
+            if share.never_delivered(offset, count):
+                never.append(offset)
+    return failed, never
 
 
 async def describe_queue(

@@ -28,6 +28,7 @@ from mq.client.types import TopicPartition
 from mq.errors import (
     ElectionNotNeededError,
     MQError,
+    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
@@ -46,6 +47,7 @@ from mq.wire.apis_core import (
     ConfigEntry,
 )
 from mq.wire.apis_groups import DESCRIBE_GROUPS, FIND_COORDINATOR, LIST_GROUPS, OFFSET_COMMIT
+from mq.wire.limits import validate_topic_name
 
 
 @dataclass(frozen=True)
@@ -208,8 +210,16 @@ class Admin:
         configs: Mapping[str, str] | None = None,
         *,
         validate_only: bool = False,
-    ) -> None:
-        """Create a topic (-1: the broker's default partitions / replication factor)."""
+        exist_ok: bool = False,
+    ) -> bool:
+        """Create a topic (-1: the broker's default partitions / replication factor).
+
+        Returns True if the topic was created. With ``exist_ok`` a topic of that name
+        that already exists is no error (False is returned), whatever its partitions,
+        replication factor and settings: as Kafka's ``--if-not-exists``, the existing
+        topic is neither compared nor changed (``describe_topic`` shows what it has).
+        """
+        validate_topic_name(name)  # before the request: a too-long name fails the schema
         body = {
             "topics": [
                 {
@@ -223,9 +233,14 @@ class Admin:
             "validate_only": validate_only,
         }
         response = await self._client.call_any(CREATE_TOPICS, body)
+        created = True
         for topic in response["topics"]:
+            if exist_ok and topic["error"] == TopicAlreadyExistsError.code:
+                created = False
+                continue
             _raise_for(topic["error"], topic["message"])
         self._client.add_topics([name])
+        return created
 
     async def delete_topic(self, name: str) -> None:
         response = await self._client.call_any(

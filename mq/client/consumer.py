@@ -17,6 +17,12 @@ without one (every partition of the topics, following new ones); or
 ``assign`` (exactly these; commits still go to the group if there is one).
 Records come from the :class:`~mq.client.fetcher.Fetcher`, which prefetches
 and decodes lazily.
+
+A subscribed topic that a metadata refresh reports as not existing makes
+``getmany``/``getone`` raise :class:`~mq.errors.UnknownTopicOrPartitionError`
+(instead of waiting forever for records that cannot come), unless
+``allow_auto_topic_creation=True`` asks the broker to create it, which it does
+if its ``auto_create_topics`` is on (else the error says it is off).
 """
 
 from __future__ import annotations
@@ -33,9 +39,17 @@ from mq.client.group import GroupMember, require_group
 from mq.client.listener import ConsumerRebalanceListener
 from mq.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
 from mq.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
-from mq.errors import ClientStateError, MQError
+from mq.errors import ClientStateError, MQError, UnknownTopicOrPartitionError
+from mq.wire.limits import validate_topic_name
 
 Assignor = Literal["range", "roundrobin", "sticky"]
+
+
+UNKNOWN_TOPIC_REFRESHES = 2
+"""Metadata refreshes in a row that must report a subscribed topic missing before the
+consumer raises: one broker's answer may lag (a broker restarting, or one that has not
+yet heard of a topic just created elsewhere); a second refresh, asked for at once,
+may go to another broker. Costs a retry backoff (100 ms) before the error."""
 
 
 class Consumer:
@@ -63,6 +77,7 @@ class Consumer:
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
+        allow_auto_topic_creation: bool = False,
         corrupt_retry_timeout_ms: int = int(CORRUPT_RETRY_S * 1000),
     ) -> None:
         if isolation_level not in ("read_uncommitted", "read_committed"):
@@ -76,7 +91,12 @@ class Consumer:
             request_timeout_s=request_timeout_ms / 1000,
             metadata_max_age_s=metadata_max_age_ms / 1000,
             retry_backoff_s=retry_backoff_ms / 1000,
+            allow_auto_topic_creation=allow_auto_topic_creation,
         )
+        self._unknown_topic: UnknownTopicOrPartitionError | None = None
+        """Set when refreshes report a subscribed topic missing; cleared when it exists."""
+        self._unknown_refreshes = 0
+        """Metadata refreshes in a row that reported a subscribed topic missing."""
         self._fetcher = Fetcher(
             self._client,
             auto_offset_reset=auto_offset_reset,
@@ -121,6 +141,7 @@ class Consumer:
         await self._client.start()
         self._fetcher.start()
         self._client.add_metadata_listener(self._follow_partitions)
+        self._client.add_metadata_listener(self._note_unknown_topics)
         self._started = True
         if self._group is not None:
             self._group.start_auto_commit()
@@ -158,6 +179,37 @@ class Consumer:
             raise ClientStateError("the consumer is not running (call start() first)")
         if self._group is not None and self._group.fatal is not None:
             raise self._group.fatal
+        if self._unknown_topic is not None:
+            raise self._unknown_topic
+
+    def _note_unknown_topics(self) -> None:
+        """After each metadata refresh: does a subscribed topic not exist?"""
+        if self._mode != "subscribed":
+            self._unknown_topic = None
+            return
+        errors = self._client.metadata.topic_errors
+        missing = sorted(
+            t for t in self._topics if errors.get(t) == UnknownTopicOrPartitionError.code
+        )
+        self._unknown_refreshes = self._unknown_refreshes + 1 if missing else 0
+        if not missing:
+            self._unknown_topic = None
+            return
+        if self._unknown_refreshes < UNKNOWN_TOPIC_REFRESHES:
+            self._client.request_metadata_update()  # ask again before believing it
+            return
+        why = (
+            "and the broker does not create topics automatically (auto_create_topics)"
+            if self._client.allow_auto_topic_creation
+            else "(create it first, or pass allow_auto_topic_creation=True)"
+        )
+        names = ", ".join(repr(t) for t in missing)
+        self._unknown_topic = UnknownTopicOrPartitionError(
+            f"topic {names} does not exist {why}"
+            if len(missing) == 1
+            else f"topics {names} do not exist {why}"
+        )
+        self._fetcher.wake_waiters()
 
     # -- what to read -------------------------------------------------------------------------
 
@@ -174,8 +226,11 @@ class Consumer:
         self._check()
         if self._mode == "assigned":
             raise ClientStateError("assign() and subscribe() cannot be mixed")
+        wanted = set(topics)
+        for topic in wanted:
+            validate_topic_name(topic)
         self._mode = "subscribed"
-        self._topics = set(topics)
+        self._topics = wanted
         self._client.add_topics(self._topics)
         if self._group is not None:
             self._group.listener = listener

@@ -134,6 +134,10 @@ class Fetcher:
         if self.has_data():
             self._data.set()
 
+    def wake_waiters(self) -> None:
+        """Wake ``wait_for_data`` without data (the consumer has an error to raise)."""
+        self._data.set()
+
     def seek(self, tp: TopicPartition, offset: int | None, reset: str | None = None) -> None:
         self.states[tp].seek(offset, reset)
         self.wake()

@@ -165,8 +165,14 @@ class QueueClient:
         delay: float = 0,
         fifo: bool = False,
         replication_factor: int = -1,
-    ) -> None:
-        """Create the queue (and its dead-letter queue, if named and missing)."""
+        exist_ok: bool = False,
+    ) -> bool:
+        """Create the queue (and its dead-letter queue, if named and missing).
+
+        Returns True if the queue was created. With ``exist_ok`` a topic of that name
+        that already exists is no error (False is returned): as Kafka's
+        ``--if-not-exists``, its settings are neither compared nor changed.
+        """
         configs = {
             qc.VISIBILITY: str(ms_of(visibility_timeout)),
             qc.MAX_DELIVERIES: str(max_deliveries),
@@ -190,7 +196,9 @@ class QueueClient:
                 await admin.create_topic(
                     dead_letter_queue, partitions, replication_factor, dlq_configs
                 )
-        await admin.create_topic(name, partitions, replication_factor, configs)
+        return await admin.create_topic(
+            name, partitions, replication_factor, configs, exist_ok=exist_ok
+        )
 
     async def delete_queue(self, name: str) -> None:
         await (await self._admin_client()).delete_topic(name)
@@ -448,17 +456,30 @@ class QueueClient:
         self, messages: Iterable[Settleable], action: int, ms: int, error: str | None
     ) -> None:
         failed = await self._settle(messages, action, ms, error)
-        if failed:
-            names = ", ".join(str(r) for r in failed[:5])
-            raise InvalidReceiptError(
-                f"{len(failed)} receipt(s) no longer hold a lease ({names}): "
+        never = [r for r, unknown in failed if unknown]
+        stale = [r for r, unknown in failed if not unknown]
+        problems = []
+        if never:
+            names = ", ".join(str(r) for r in never[:5])
+            problems.append(
+                f"{len(never)} receipt(s) name no delivery ({names}): nothing was delivered "
+                "at that partition, offset and delivery count (use a receipt that "
+                "receive returned)"
+            )
+        if stale:
+            names = ", ".join(str(r) for r in stale[:5])
+            problems.append(
+                f"{len(stale)} receipt(s) no longer hold a lease ({names}): "
                 "the visibility timeout passed, or the message was already settled"
             )
+        if problems:
+            raise InvalidReceiptError("; ".join(problems))
 
     async def _settle(
         self, messages: Iterable[Settleable], action: int, ms: int, error: str | None
-    ) -> list[Receipt]:
-        """Settle receipts; returns those that were stale.
+    ) -> list[tuple[Receipt, bool]]:
+        """Settle receipts; returns those refused, each with whether it named a delivery
+        that never happened (else its lease ended, or it was settled already).
 
         A partition whose leader moved (or is being elected) is retried against
         the new leader until the request timeout: its receipts were not applied.
@@ -468,7 +489,7 @@ class QueueClient:
             receipt = item.handle if isinstance(item, QueueMessage) else item
             per = pending.setdefault((receipt.queue, receipt.group), {})
             per.setdefault(receipt.partition, []).append(receipt)
-        failed: list[Receipt] = []
+        failed: list[tuple[Receipt, bool]] = []
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._client.request_timeout_s
         while True:
@@ -498,12 +519,15 @@ class QueueClient:
         action: int,
         ms: int,
         error: str | None,
-        failed: list[Receipt],
+        failed: list[tuple[Receipt, bool]],
     ) -> None:
         known = {tp.partition for tp in await self._partitions(queue)}
         unknown = [r for p, receipts in per_partition.items() if p not in known for r in receipts]
         if unknown:
-            raise InvalidReceiptError(f"{queue} has no partition {unknown[0].partition}")
+            raise InvalidReceiptError(
+                f"receipt {unknown[0]} names no delivery: {queue} has no partition "
+                f"{unknown[0].partition}"
+            )
         tps = [TopicPartition(queue, p) for p in per_partition]
         retry: dict[int, list[Receipt]] = {}
         last: MQError | None = None
@@ -542,8 +566,8 @@ class QueueClient:
                         last = refused
                         retry[part["partition"]] = receipts
                         continue
-                    stale = set(part["failed"])
-                    failed.extend(r for r in receipts if r.offset in stale)
+                    stale, never = set(part["failed"]), set(part.get("never_delivered", ()))
+                    failed.extend((r, r.offset in never) for r in receipts if r.offset in stale)
         if retry:
             assert last is not None
             raise _Retry(retry, last)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from mq.errors import InvalidReceiptError
+from mq.queues import headers as qh
 from mq.records.batch import split_batches
 from mq.records.records import decode_records
 
@@ -108,6 +109,15 @@ def frozen_filter(wanted: dict[str, list[bytes]] | None) -> Any:
     return None if wanted is None else tuple(sorted((k, tuple(v)) for k, v in wanted.items()))
 
 
+INTERNAL_HEADERS = frozenset({qh.DELAY_MS, qh.DEDUP_ID})
+"""Headers that ``send(delay=, dedup_id=)`` adds for the share group: not the message's
+own, so a receiver does not see them (the ``mq.dlq.*`` headers of a dead letter stay)."""
+
+
+def _user_headers(headers: Iterable[tuple[str, bytes | None]]) -> list[tuple[str, bytes | None]]:
+    return [(name, value) for name, value in headers if name not in INTERNAL_HEADERS]
+
+
 def messages_of(topic: str, group: str, part: Mapping[str, Any]) -> list[QueueMessage]:
     counts = dict(zip(part["offsets"], part["counts"], strict=True))
     if not counts:
@@ -127,7 +137,7 @@ def messages_of(topic: str, group: str, part: Mapping[str, Any]) -> list[QueueMe
                         record.offset,
                         record.value,
                         record.key,
-                        list(record.headers),
+                        _user_headers(record.headers) if record.headers else [],
                         record.timestamp,
                         count,
                         deadline,

@@ -279,8 +279,14 @@ class SyncAdmin(_Wrapper):
         partitions: int = -1,
         replication_factor: int = -1,
         configs: Mapping[str, str] | None = None,
-    ) -> None:
-        self._thread.run(self._admin.create_topic(name, partitions, replication_factor, configs))
+        *,
+        exist_ok: bool = False,
+    ) -> bool:
+        return self._thread.run(
+            self._admin.create_topic(
+                name, partitions, replication_factor, configs, exist_ok=exist_ok
+            )
+        )
 
     def delete_topic(self, name: str) -> None:
         self._thread.run(self._admin.delete_topic(name))

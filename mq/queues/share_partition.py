@@ -277,6 +277,22 @@ class SharePartition:
             )
         return entry
 
+    def never_delivered(self, offset: int, count: int) -> bool:
+        """Whether no delivery ``count`` of ``offset`` ever happened (a receipt naming no
+        delivery: a record not read yet, or fewer deliveries so far), as opposed to a
+        delivery whose lease ended or that was settled. Below :attr:`start` everything
+        is done, so a receipt there counts as settled."""
+        if count < 1:
+            return True
+        entry = self._entries.get(offset)
+        if entry is not None:
+            return entry.count < count
+        if offset < self.end:
+            return False
+        return not any(
+            first <= offset <= last and count <= n for first, last, _, n, _, _ in self._restored
+        )
+
     # -- time -----------------------------------------------------------------------------
 
     def expire(self, now: int) -> int:

@@ -3,10 +3,11 @@
 The pass itself, which runs in a worker thread, is :class:`mq.storage.cleaner.CleanJob`;
 the module :mod:`mq.storage.cleaner` describes the whole scheme. Here are the
 two steps that run on the log's owner, each called through the
-:class:`~mq.storage.log.Log` method of the same name with the log as first
-argument: :func:`begin_clean` picks the range and says whether a pass is due,
-:func:`end_clean` swaps the cleaned segments in. :func:`require_keys` is the
-append-time check of a compacted log.
+:class:`~mq.storage.log.Log` method of the same name with the log (a
+:class:`~mq.storage.chain.LogCore`) as first argument: :func:`begin_clean`
+picks the range and says whether a pass is due, :func:`end_clean` swaps the
+cleaned segments in. :func:`require_keys` is the append-time check of a
+compacted log.
 
 Thread safety: as the log's, one owner calls these.
 """
@@ -24,25 +25,30 @@ from mq.storage.retention import newest_ms
 from mq.storage.segment import Segment
 
 if TYPE_CHECKING:
-    from mq.storage.log import Log
+    from mq.storage.chain import LogCore
 
 logger = logging.getLogger(__name__)
 
 
-def begin_clean(log: Log, *, max_keys: int = cleaner.DEFAULT_MAX_KEYS) -> cleaner.CleanJob | None:
+def begin_clean(
+    log: LogCore, *, max_keys: int = cleaner.DEFAULT_MAX_KEYS
+) -> cleaner.CleanJob | None:
     """A compaction pass, if one is due (see :mod:`mq.storage.cleaner`); run it in a thread.
 
     The range is the closed segments from the first on that the recovery
     checkpoint covers and that are older than ``min.compaction.lag.ms``.
     """
-    log._check_online()
+    log.check_online()
     cfg = log.config
     if not cfg.compact:
         return None
-    now = log._clock()
+    now = log.clock()
     cleanable: list[Segment] = []
-    for segment in log._segments[:-1]:
-        if segment.base_offset >= log._checkpointed.recover_from or segment in log._unsynced:
+    for segment in log.chain.segments[:-1]:
+        if (
+            segment.base_offset >= log.chain.checkpointed.recover_from
+            or segment in log.chain.unsynced
+        ):
             break
         if cfg.min_compaction_lag_ms and now - newest_ms(log, segment) < (
             cfg.min_compaction_lag_ms
@@ -50,14 +56,14 @@ def begin_clean(log: Log, *, max_keys: int = cleaner.DEFAULT_MAX_KEYS) -> cleane
             break
         cleanable.append(segment)
     total = sum(s.size for s in cleanable)
-    dirty = sum(s.size for s in cleanable if s.next_offset > log._cleaner.clean_end)
-    horizon = log._cleaner.next_horizon
+    dirty = sum(s.size for s in cleanable if s.next_offset > log.chain.cleaner.clean_end)
+    horizon = log.chain.cleaner.next_horizon
     due = dirty > 0 and dirty >= cfg.min_cleanable_dirty_ratio * total
     if not cleanable or not (due or (horizon is not None and now >= horizon)):
         return None
     return cleaner.CleanJob(
         log.directory,
-        log._io,
+        log.io,
         cleanable,
         [cleaner.Source(s.base_offset, s.next_offset, s.size, s.path) for s in cleanable],
         cfg.index_interval_bytes,
@@ -68,30 +74,30 @@ def begin_clean(log: Log, *, max_keys: int = cleaner.DEFAULT_MAX_KEYS) -> cleane
     )
 
 
-def end_clean(log: Log, job: cleaner.CleanJob) -> bool:
+def end_clean(log: LogCore, job: cleaner.CleanJob) -> bool:
     """Swap a finished pass in; False when it failed or the log changed under it.
 
     A pass that failed (or found its segments gone) leaves the log as it
     was. A failure during the swap itself takes the log offline: reopening
     completes the swap (see :func:`mq.storage.cleaner.finish_swap`).
     """
-    log._check_online()
+    log.check_online()
     n = len(job.segments)
-    unchanged = len(log._segments) > n and all(
-        a is b for a, b in zip(log._segments, job.segments, strict=False)
+    unchanged = len(log.chain.segments) > n and all(
+        a is b for a, b in zip(log.chain.segments, job.segments, strict=False)
     )
     if job.error is not None or not unchanged:
         if job.error is not None:
             logger.warning("%s: compaction failed: %s", log.directory.name, job.error)
         try:
-            cleaner.prepare_cleaned_dir(log.directory, log._io)
+            cleaner.prepare_cleaned_dir(log.directory, log.io)
         except OSError as exc:
             logger.warning("%s: cannot clear %s: %s", log.directory.name, cleaner.CLEANED_DIR, exc)
         return False
     replaced = {base: o for o in job.outputs for base in o.replaces}
     try:
         if job.outputs:
-            cleaner.commit_swap(log.directory, log._io, job.outputs)
+            cleaner.commit_swap(log.directory, log.io, job.outputs)
         kept: list[Segment] = []
         for old in job.segments:
             output = replaced.get(old.base_offset)
@@ -101,15 +107,15 @@ def end_clean(log: Log, job: cleaner.CleanJob) -> bool:
             old.close()  # its files are gone; a reader's view keeps the old map alive
             if output.base == old.base_offset:
                 interval = log.config.index_interval_bytes
-                kept.append(Segment.open_trusted(log.directory, old.base_offset, log._io, interval))
-        log._segments[:n] = kept
-        log._bases[:n] = [s.base_offset for s in kept]
-        log.log_start_offset = max(log.log_start_offset, log._segments[0].base_offset)
-        log._cleaner = job.state
-        cleaner.write_state(log.directory, log._io, job.state)
+                kept.append(Segment.open_trusted(log.directory, old.base_offset, log.io, interval))
+        log.chain.segments[:n] = kept
+        log.chain.bases[:n] = [s.base_offset for s in kept]
+        log.log_start_offset = max(log.log_start_offset, log.chain.segments[0].base_offset)
+        log.chain.cleaner = job.state
+        cleaner.write_state(log.directory, log.io, job.state)
     except (OSError, MQError) as exc:
         error = exc if isinstance(exc, OSError) else OSError(str(exc))
-        raise log._fail("compaction swap", error) from exc
+        raise log.fail("compaction swap", error) from exc
     logger.info(
         "%s: compacted %d segments into %d: %d bytes -> %d, %d records dropped",
         log.directory.name,

@@ -42,6 +42,8 @@ MAX_SEGMENT_BYTES = 2 * GiB - 1
 MIN_SEGMENT_BYTES = 64 * KiB
 """Smaller segments only multiply files; nothing useful fits in less."""
 DAY_MS = 24 * 3600 * 1000
+UNLIMITED_AS_MINUS_ONE = frozenset({"retention_ms", "retention_bytes"})
+"""Settings where, as in Kafka, ``-1`` means no limit (held as None; described as -1)."""
 
 
 CLEANUP_POLICIES = {
@@ -148,5 +150,7 @@ class LogConfig:
                     value = int(value)
                 except (TypeError, ValueError):
                     raise InvalidConfigError(f"{key} must be an integer, got {value!r}") from None
+                if field in UNLIMITED_AS_MINUS_ONE and value == -1:
+                    value = None  # Kafka's -1: no limit
             changes[field] = value
         return replace(self, **changes)

@@ -32,7 +32,7 @@ class FlushJob:
     active_fd: int | None
     active_size: int
     active_generation: int
-    """Which file ``active_size`` is about (see :attr:`~mq.storage.log.Log._generation`)."""
+    """Which file ``active_size`` is about (:attr:`mq.storage.chain.SegmentChain.generation`)."""
     checkpoint: Checkpoint | None
     error: OSError | None = field(default=None, init=False)
 

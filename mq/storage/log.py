@@ -40,6 +40,7 @@ from mq.errors import (
 from mq.records.batch import NO_PRODUCER_ID, BatchHeader, iter_batches, validate_produced
 from mq.records.records import decode_records
 from mq.storage import cleaner, compaction, producers, retention
+from mq.storage.chain import SegmentChain
 from mq.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from mq.storage.config import LogConfig
 from mq.storage.epochs import LeaderEpochCache
@@ -79,22 +80,20 @@ class Log:
     ) -> None:
         self.directory = directory
         self.config = config
-        self._io = io
-        self._clock = clock
-        self._segments = segments
-        self._bases = [s.base_offset for s in segments]
+        self.io = io
+        """The file API every file of this log goes through (read it, do not replace it)."""
+        self.clock = clock
+        """Wall-clock milliseconds (a test may pass its own)."""
         self.log_start_offset = max(log_start_offset, segments[0].base_offset)
-        self._unsynced: list[Segment] = []
-        self._active_synced = segments[-1].size
-        self._generation = 0
-        """Bumped whenever the active file is replaced or rewritten (roll, truncation),
-        so that a sync job snapshotted before cannot vouch for the new bytes."""
-        self._checkpointed = Checkpoint(segments[-1].base_offset, False, self.log_start_offset)
+        self.chain = SegmentChain.of(
+            segments, Checkpoint(segments[-1].base_offset, False, self.log_start_offset)
+        )
+        """The segments and their bookkeeping, for :mod:`mq.storage.retention` and
+        :mod:`mq.storage.compaction` (see :class:`~mq.storage.chain.LogCore`)."""
         self._error: StorageError | None = None
         self.producers = producers.ProducerStates()
         """Idempotent producers' sequences (rebuilt by :meth:`open`)."""
         self._opened_ms = clock()
-        self._cleaner = cleaner.CleanerState()
         self.epochs = LeaderEpochCache(directory, io)
         """Where each leader epoch starts (loaded or rebuilt by :meth:`open`)."""
 
@@ -132,9 +131,9 @@ class Log:
             else:
                 segments[-1].make_active(config.segment_bytes)
             opened = cls(directory, config, io, clock, segments, start)
-            opened._cleaner = cleaner.read_state(directory)
+            opened.chain.cleaner = cleaner.read_state(directory)
             opened.epochs = opened._load_epochs()
-            write_checkpoint(directory, io, opened._checkpointed)
+            write_checkpoint(directory, io, opened.chain.checkpointed)
             opened.producers = producers.rebuild(
                 directory, io, opened.log_start_offset, opened.next_offset, opened._headers_from
             )
@@ -151,15 +150,15 @@ class Log:
     @property
     def next_offset(self) -> int:
         """The log end offset: the offset the next appended record gets."""
-        return self._segments[-1].next_offset
+        return self.chain.segments[-1].next_offset
 
     @property
     def size_bytes(self) -> int:
-        return sum(s.size for s in self._segments)
+        return sum(s.size for s in self.chain.segments)
 
     @property
     def segments(self) -> list[Segment]:
-        return list(self._segments)
+        return list(self.chain.segments)
 
     @property
     def offline(self) -> StorageError | None:
@@ -175,7 +174,7 @@ class Log:
         records, copies them into the active segment and rewrites their
         baseOffset and leader epoch there. Not durable until a flush.
         """
-        self._check_online()
+        self.check_online()
         headers = validate_produced(data, max_batch_bytes=self.config.max_message_bytes)
         if self.config.compact:
             compaction.require_keys(data, headers)
@@ -201,7 +200,7 @@ class Log:
 
     def append_replicated(self, data: bytes | bytearray | memoryview) -> AppendInfo:
         """Append a leader's batches as they are (a follower keeps the leader's offsets)."""
-        self._check_online()
+        self.check_online()
         headers = list(iter_batches(data))
         if not headers:
             raise InvalidRecordError("no record batch to append")
@@ -236,12 +235,12 @@ class Log:
             self._write_split(data, headers, first, assign)
             return
         try:
-            active = self._segments[-1]
+            active = self.chain.segments[-1]
             if self._must_roll(active, len(data), last):
-                active = self._roll(first)
+                active = self.roll(first)
             active.append(data, headers, assign)
         except OSError as exc:
-            raise self._fail("append", exc) from exc
+            raise self.fail("append", exc) from exc
 
     def _write_split(
         self,
@@ -287,25 +286,25 @@ class Log:
         # Age counts from when this process created or reopened the segment, not from
         # record timestamps: producers' clocks (or replayed old data) must not make
         # every batch roll a segment of its own.
-        return self._clock() - self._opened_ms >= self.config.segment_ms
+        return self.clock() - self._opened_ms >= self.config.segment_ms
 
-    def _roll(self, base_offset: int) -> Segment:
-        old = self._segments[-1]
+    def roll(self, base_offset: int) -> Segment:
+        old = self.chain.segments[-1]
         old.seal()
-        self._unsynced.append(old)
+        self.chain.unsynced.append(old)
         new = Segment.create(
             self.directory,
             base_offset,
-            self._io,
+            self.io,
             self.config.index_interval_bytes,
             self.config.segment_bytes,
         )
-        self._segments.append(new)
-        self._bases.append(base_offset)
-        self._active_synced = 0
-        self._generation += 1
-        self._opened_ms = self._clock()
-        producers.write_snapshot(self.directory, self._io, base_offset, self.producers)
+        self.chain.segments.append(new)
+        self.chain.bases.append(base_offset)
+        self.chain.active_synced = 0
+        self.chain.generation += 1
+        self._opened_ms = self.clock()
+        producers.write_snapshot(self.directory, self.io, base_offset, self.producers)
         log.debug("%s: rolled to %s", self.directory.name, new)
         return new
 
@@ -313,39 +312,39 @@ class Log:
 
     def begin_flush(self) -> FlushJob | None:
         """Snapshot what must be synced now (None when everything already is)."""
-        self._check_online()
-        active = self._segments[-1]
+        self.check_online()
+        active = self.chain.segments[-1]
         checkpoint = Checkpoint(active.base_offset, False, self.log_start_offset)
         if (
-            not self._unsynced
-            and active.size == self._active_synced
-            and checkpoint == self._checkpointed
+            not self.chain.unsynced
+            and active.size == self.chain.active_synced
+            and checkpoint == self.chain.checkpointed
         ):
             return None
         try:
-            fd = active.dup_fd() if active.size > self._active_synced else None
+            fd = active.dup_fd() if active.size > self.chain.active_synced else None
         except OSError as exc:
-            raise self._fail("flush", exc) from exc
+            raise self.fail("flush", exc) from exc
         return FlushJob(
             self.directory,
-            self._io,
-            list(self._unsynced),
+            self.io,
+            list(self.chain.unsynced),
             fd,
             active.size,
-            self._generation,
-            checkpoint if checkpoint != self._checkpointed else None,
+            self.chain.generation,
+            checkpoint if checkpoint != self.chain.checkpointed else None,
         )
 
     def end_flush(self, job: FlushJob) -> None:
         """Record a finished job; raises StorageError (and goes offline) if it failed."""
         if job.error is not None:
-            raise self._fail("sync", job.error) from job.error
+            raise self.fail("sync", job.error) from job.error
         done = set(map(id, job.sealed))
-        self._unsynced = [s for s in self._unsynced if id(s) not in done]
-        if job.active_fd is not None and job.active_generation == self._generation:
-            self._active_synced = max(self._active_synced, job.active_size)
+        self.chain.unsynced = [s for s in self.chain.unsynced if id(s) not in done]
+        if job.active_fd is not None and job.active_generation == self.chain.generation:
+            self.chain.active_synced = max(self.chain.active_synced, job.active_size)
         if job.checkpoint is not None:
-            self._checkpointed = job.checkpoint
+            self.chain.checkpointed = job.checkpoint
 
     def flush(self) -> None:
         """Sync everything appended so far (blocking)."""
@@ -357,11 +356,15 @@ class Log:
     @property
     def has_unsynced_segments(self) -> bool:
         """Rolled segments wait for a sync before the checkpoint can pass them."""
-        return bool(self._unsynced)
+        return bool(self.chain.unsynced)
 
     @property
     def unflushed_bytes(self) -> int:
-        return self._segments[-1].size - self._active_synced + sum(s.size for s in self._unsynced)
+        return (
+            self.chain.segments[-1].size
+            - self.chain.active_synced
+            + sum(s.size for s in self.chain.unsynced)
+        )
 
     # -- reading ----------------------------------------------------------------
 
@@ -375,7 +378,7 @@ class Log:
         ``[log_start_offset, next_offset]`` and CorruptRecordError for a batch
         that fails its CRC.
         """
-        self._check_online()
+        self.check_online()
         end = self.next_offset
         if offset < self.log_start_offset or offset > end:
             raise OffsetOutOfRangeError(
@@ -385,14 +388,14 @@ class Log:
         bound = end if upper_bound is None else min(upper_bound, end)
         if offset >= bound:
             return None
-        i = max(bisect_right(self._bases, offset) - 1, 0)
+        i = max(bisect_right(self.chain.bases, offset) - 1, 0)
         try:
-            for segment in self._segments[i:]:
+            for segment in self.chain.segments[i:]:
                 found = segment.read(offset, max_bytes, bound)
                 if found is not None:
                     return found
         except OSError as exc:
-            raise self._fail("read", exc) from exc
+            raise self.fail("read", exc) from exc
         return None
 
     def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
@@ -404,9 +407,9 @@ class Log:
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record stamped at or after ``timestamp``."""
-        self._check_online()
+        self.check_online()
         start = self.log_start_offset
-        for segment in self._segments:
+        for segment in self.chain.segments:
             header = segment.find_timestamp(timestamp, start)
             while header is not None:
                 # the batch's newest record may sit below the log start: then look on
@@ -447,9 +450,9 @@ class Log:
 
     def _load_epochs(self) -> LeaderEpochCache:
         """The epoch file, checked against the recovered log; rebuilt from batches if needed."""
-        cache = LeaderEpochCache.read(self.directory, self._io)
+        cache = LeaderEpochCache.read(self.directory, self.io)
         if cache is None:
-            cache = LeaderEpochCache(self.directory, self._io)
+            cache = LeaderEpochCache(self.directory, self.io)
             for header in self._headers_from(self.log_start_offset):
                 if header.leader_epoch > cache.latest_epoch:
                     cache.assign(
@@ -463,23 +466,23 @@ class Log:
         try:
             self.epochs.assign(epoch, start_offset)
         except OSError as exc:
-            raise self._fail("leader epoch checkpoint", exc) from exc
+            raise self.fail("leader epoch checkpoint", exc) from exc
 
-    def _trim_epochs(self) -> None:
+    def trim_epochs(self) -> None:
         try:
             self.epochs.truncate_from_start(self.log_start_offset)
         except OSError as exc:
-            raise self._fail("leader epoch checkpoint", exc) from exc
+            raise self.fail("leader epoch checkpoint", exc) from exc
 
     def begin_epoch(self, epoch: int) -> None:
         """A new leader's epoch starts at the log end (before its first append)."""
-        self._check_online()
+        self.check_online()
         if epoch > self.epochs.latest_epoch:
             self._assign_epoch(epoch, self.next_offset)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) of ``epoch`` here (see :class:`LeaderEpochCache`)."""
-        self._check_online()
+        self.check_online()
         return self.epochs.end_offset_for(epoch, self.next_offset)
 
     # -- compaction (see mq.storage.compaction) ---------------------------------
@@ -497,33 +500,33 @@ class Log:
     def close(self) -> None:
         """Sync, trim the active segment and mark the log clean (nothing to recover)."""
         if self._error is not None:
-            for segment in self._segments:
+            for segment in self.chain.segments:
                 segment.abandon()
             return
         try:
             self.flush()
-            active = self._segments[-1]
+            active = self.chain.segments[-1]
             active.seal()
             active.sync()
-            for segment in self._segments:
+            for segment in self.chain.segments:
                 segment.close()
             # the producer table as of the end: the next open has no batch to walk
-            producers.write_snapshot(self.directory, self._io, self.next_offset, self.producers)
+            producers.write_snapshot(self.directory, self.io, self.next_offset, self.producers)
             write_checkpoint(
                 self.directory,
-                self._io,
+                self.io,
                 Checkpoint(active.base_offset, True, self.log_start_offset),
             )
         except OSError as exc:
-            raise self._fail("close", exc) from exc
+            raise self.fail("close", exc) from exc
 
     # -- errors -----------------------------------------------------------------
 
-    def _check_online(self) -> None:
+    def check_online(self) -> None:
         if self._error is not None:
             raise self._error
 
-    def _fail(self, operation: str, exc: OSError) -> StorageError:
+    def fail(self, operation: str, exc: OSError) -> StorageError:
         if self._error is None:
             self._error = StorageError(
                 f"partition {self.directory.name} is offline: {operation} failed: {exc}"
@@ -534,5 +537,5 @@ class Log:
     def __repr__(self) -> str:
         return (
             f"Log({self.directory.name}, [{self.log_start_offset}, {self.next_offset}), "
-            f"{len(self._segments)} segments)"
+            f"{len(self.chain.segments)} segments)"
         )

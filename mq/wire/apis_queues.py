@@ -142,6 +142,10 @@ class SettledPartition(TypedDict):
     """A partition-wide failure (not the leader, unknown topic): nothing was settled."""
     failed: Annotated[list[NonNegI64], Len(0, MAX_SETTLE), Default([])]
     """Offsets whose receipt was stale (INVALID_RECORD_STATE); the others were settled."""
+    never_delivered: Annotated[list[NonNegI64], Len(0, MAX_SETTLE), Default([])]
+    """Of ``failed``, the offsets whose receipt names a delivery that never happened
+    (a record not delivered yet, or fewer deliveries than the receipt says), rather
+    than a lease that ended or a message already settled."""
 
 
 class SettledTopic(TypedDict):

@@ -112,6 +112,10 @@ is longer, so a longer array is refused before its elements are read."""
 # -- names ----------------------------------------------------------------------
 
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+TOPIC_NAME_RULE = (
+    f"a topic name is 1 to {MAX_TOPIC_NAME_LEN} characters from ASCII letters, digits, "
+    "'.', '_' and '-', and not '.' or '..'"
+)
 
 
 def validate_topic_name(name: str) -> None:
@@ -121,17 +125,21 @@ def validate_topic_name(name: str) -> None:
     name becomes a directory name (``<topic>-<partition>``) and a metric label,
     so it must be a safe, portable file name. Body schemas only bound topic
     names' length (a reader of an unknown topic gets UNKNOWN_TOPIC_OR_PARTITION
-    for it); create_topics calls this for each new name.
+    for it); create_topics calls this for each new name, and the clients call it
+    before asking (so a name too long for the schema gets this error too).
+    The message states the rule (:data:`TOPIC_NAME_RULE`).
     """
     if not name:
-        raise InvalidTopicError("a topic name cannot be empty")
+        raise InvalidTopicError(f"a topic name cannot be empty ({TOPIC_NAME_RULE})")
     if len(name) > MAX_TOPIC_NAME_LEN:
         raise InvalidTopicError(
-            f"topic name is {len(name)} characters long, more than {MAX_TOPIC_NAME_LEN}"
+            f"topic name is {len(name)} characters long, more than {MAX_TOPIC_NAME_LEN} "
+            f"({TOPIC_NAME_RULE})"
         )
     if name in {".", ".."}:
-        raise InvalidTopicError(f"topic name cannot be {name!r}")
+        raise InvalidTopicError(f"topic name cannot be {name!r} ({TOPIC_NAME_RULE})")
     if _LEGAL_TOPIC.fullmatch(name) is None:
         raise InvalidTopicError(
             f"topic name {name!r} has characters other than ASCII letters, digits, '.', '_', '-'"
+            f" ({TOPIC_NAME_RULE})"
         )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from spark_connector import MissingExtraError, require_extra
 from spark_connector.options import DEFAULT_BOOTSTRAP
 from spark_connector.pipeline.events import WindowStats
 from spark_connector.pipeline.generator import (
@@ -26,7 +27,6 @@ from spark_connector.pipeline.generator import (
     produce,
 )
 from spark_connector.pipeline.report import SORTS, table
-from spark_connector.pipeline.results import read_parquet
 from spark_connector.pipeline.topics import INPUT_PARTITIONS, ensure_topic
 
 if TYPE_CHECKING:  # Spark is imported by the commands that use it, not by ``generate``
@@ -52,6 +52,14 @@ _output = click.option(
 @click.group()
 def main() -> None:
     """Web access logs through mq and Spark: per-minute request stats, per path."""
+
+
+def _require(modules: tuple[str, ...]) -> None:
+    """One clear line and exit 1 if a module of the ``spark`` extra is missing."""
+    try:
+        require_extra(modules, what="this command")
+    except MissingExtraError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _start_time(value: str) -> datetime:
@@ -145,6 +153,7 @@ def run(
     top: int,
 ) -> None:
     """Run the streaming job: TOPIC in, OUTPUT-TOPIC and Parquet in OUTPUT out."""
+    _require(("pyspark", "pyarrow", "numpy"))
     from spark_connector.pipeline.job import JobConfig, read_stats
     from spark_connector.pipeline.runner import local_session, run_available_now, run_until_stopped
 
@@ -225,6 +234,9 @@ def _summary(stats: list[WindowStats], top: int, output: Path) -> None:
 @click.option("--path", "paths", multiple=True, help="Only these paths (repeatable).")
 def show(output: Path, sort: str, limit: int, paths: tuple[str, ...]) -> None:
     """Print the job's Parquet output as a table (read with pyarrow: no Spark to start)."""
+    _require(("pyarrow",))
+    from spark_connector.pipeline.results import read_parquet
+
     stats = read_parquet(output)
     if paths:
         stats = [s for s in stats if s.path in paths]

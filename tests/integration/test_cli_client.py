@@ -60,8 +60,19 @@ def test_topic_commands_and_clear_errors(bootstrap: str) -> None:
     created = mq(bootstrap, "topic", "create", "cli-admin", "-p", "2", "-c", "retention.ms=60000")
     assert created.returncode == 0, created.stderr
     assert "cli-admin" in mq(bootstrap, "topic", "list").stdout.decode().split()
+    again = mq(bootstrap, "topic", "create", "cli-admin", "-p", "5")
+    assert again.returncode == 1
+    assert b"TOPIC_ALREADY_EXISTS" in again.stderr
+    again = mq(bootstrap, "topic", "create", "cli-admin", "-p", "5", "--if-not-exists")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == b"topic cli-admin already exists\n"
     described = mq(bootstrap, "topic", "describe", "cli-admin").stdout.decode()
     assert "retention.ms=60000" in described
+    assert "retention.bytes=-1" in described  # no cap, shown as Kafka shows it
+    assert "None" not in described
+    assert "queue." not in described  # a plain topic: no queue settings
+    capped = mq(bootstrap, "topic", "alter", "cli-admin", "-c", "retention.bytes=-1")
+    assert capped.returncode == 0, capped.stderr  # -1 is accepted back
     assert mq(bootstrap, "topic", "alter", "cli-admin", "-c", "retention.ms=120000").returncode == 0
     assert "retention.ms=120000" in mq(bootstrap, "topic", "describe", "cli-admin").stdout.decode()
     missing = mq(bootstrap, "topic", "delete", "no-such-topic")
@@ -69,6 +80,10 @@ def test_topic_commands_and_clear_errors(bootstrap: str) -> None:
     assert b"UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr
     assert b"Traceback" not in missing.stderr
     assert mq(bootstrap, "topic", "delete", "cli-admin").returncode == 0
+    nosuch = mq(bootstrap, "consume", "no-such-topic", "--timeout", "2")
+    assert nosuch.returncode == 1
+    assert b"UNKNOWN_TOPIC_OR_PARTITION: topic 'no-such-topic' does not exist" in nosuch.stderr
+    assert b"Traceback" not in nosuch.stderr
     unreachable = mq("127.0.0.1:1", "topic", "list")
     assert unreachable.returncode != 0
     assert b"Traceback" not in unreachable.stderr
@@ -111,3 +126,17 @@ def test_group_list_describe_and_reset_offsets(bootstrap: str) -> None:
     assert len(again.stdout.splitlines()) == 10
     usage = mq(bootstrap, "group", "reset-offsets", "laggers", "--topic", "cli-lag")
     assert usage.returncode == 2
+
+
+def test_bad_topic_names_get_a_topic_name_error(bootstrap: str) -> None:
+    for name in ("", "x" * 300, "a b"):
+        commands = [
+            ("topic", "create", name),
+            ("queue", "create", name),
+            ("consume", name, "--timeout", "1"),
+        ]
+        for args in commands:
+            failed = mq(bootstrap, *args)
+            assert failed.returncode == 1, (args, failed.stderr)
+            assert failed.stderr.startswith(b"Error: INVALID_TOPIC_EXCEPTION: ")
+            assert b"1 to 249 characters from ASCII letters, digits" in failed.stderr

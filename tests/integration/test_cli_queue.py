@@ -102,6 +102,13 @@ def test_create_list_and_describe(bootstrap: str) -> None:
         "--fifo",
     )
     assert name.encode() in created
+    again = mq(bootstrap, "queue", "create", name)
+    assert again.exit_code == 1
+    assert "TOPIC_ALREADY_EXISTS" in again.stderr
+    again_ok = ok(
+        bootstrap, "queue", "create", name, "--visibility-timeout", "9", "--if-not-exists"
+    )
+    assert again_ok == f"queue {name} already exists\n".encode()  # its settings unchanged
     listed = ok(bootstrap, "queue", "list").decode().split()
     assert {name, f"{name}-dlq"} <= set(listed)
     described = describe(bootstrap, name)
@@ -143,6 +150,14 @@ def test_send_receive_without_ack_then_ack_the_receipts(bootstrap: str) -> None:
     assert stale.exit_code == 1
     assert "no longer hold a lease" in stale.stderr
     assert len(stale.stderr.strip().splitlines()) == 1
+    never = mq(bootstrap, "nack", name, "1:0:1", "--delay", "5")  # partition 1 does not exist
+    assert never.exit_code == 2, never.stderr
+    assert "has no partition 1" in never.stderr
+    assert "lease" not in never.stderr
+    never = mq(bootstrap, "nack", name, f"0:{got[0]['offset'] + 100}:1")  # past the end
+    assert never.exit_code == 1
+    assert "1 receipt(s) name no delivery" in never.stderr, never.stderr
+    assert "lease" not in never.stderr
 
 
 def test_plain_receive_prints_receipt_and_body_and_acks(bootstrap: str) -> None:
@@ -260,6 +275,6 @@ def test_bad_input_is_one_clear_line(bootstrap: str) -> None:
         malformed = mq(bootstrap, "ack", name, receipt)
         assert malformed.exit_code == 2, receipt
         assert "RECEIPT" in malformed.stderr
-    never = mq(bootstrap, "nack", name, "0:0:1")
+    never = mq(bootstrap, "nack", name, "0:0:1")  # nothing sent: no such delivery
     assert never.exit_code == 1
-    assert "no longer hold a lease" in never.stderr
+    assert "1 receipt(s) name no delivery (0:0:1)" in never.stderr

@@ -241,6 +241,10 @@ async def test_admin_topics_and_configs(bootstrap: str) -> None:
         await a.create_topic("admin-t", partitions=4, configs={"retention.ms": "3600000"})
         with pytest.raises(TopicAlreadyExistsError):
             await a.create_topic("admin-t", partitions=1)
+        # exist_ok, as Kafka's --if-not-exists: no error, the existing topic unchanged
+        assert not await a.create_topic("admin-t", partitions=1, exist_ok=True)
+        assert await a.create_topic("admin-t-new", partitions=1, exist_ok=True)
+        await a.delete_topic("admin-t-new")
         assert "admin-t" in await a.list_topics()
         described = await a.describe_topic("admin-t")
         assert [p.partition for p in described.partitions] == [0, 1, 2, 3]
@@ -265,7 +269,8 @@ async def test_admin_topics_and_configs(bootstrap: str) -> None:
 
 def test_sync_wrappers(bootstrap: str) -> None:
     with mq.SyncAdmin(bootstrap) as a:
-        a.create_topic("sync-t", partitions=2)
+        assert a.create_topic("sync-t", partitions=2)
+        assert not a.create_topic("sync-t", partitions=5, exist_ok=True)
         assert a.describe_topic("sync-t").partitions[1].partition == 1
     with mq.SyncProducer(bootstrap, linger_ms=1) as producer:
         first = producer.send_and_wait("sync-t", b"first", partition=0)
@@ -390,6 +395,36 @@ async def test_send_to_unknown_partition_and_closed_producer(bootstrap: str) -> 
             future = await quick.send("expiring", b"x")
             with pytest.raises(RequestTimedOutError, match="expired"):
                 await future
+
+
+async def _poll_until_raised(consumer: Consumer) -> None:
+    for _ in range(20):  # bounded: the metadata refresh after subscribing tells
+        await consumer.getmany(timeout_ms=500)
+
+
+@pytest.mark.parametrize("group", [None, "unknown-topic-readers"])
+async def test_a_consumer_of_a_topic_that_does_not_exist_is_told(
+    bootstrap: str, group: str | None
+) -> None:
+    async with asyncio.timeout(TEST_TIMEOUT_S):
+        async with Consumer("no-such-topic", bootstrap=bootstrap, group_id=group) as consumer:
+            with pytest.raises(
+                UnknownTopicOrPartitionError, match="'no-such-topic' does not exist"
+            ):
+                await _poll_until_raised(consumer)
+        async with admin(bootstrap) as a:
+            assert "no-such-topic" not in await a.list_topics()
+
+
+async def test_a_consumer_may_ask_the_broker_to_create_its_topic(bootstrap: str) -> None:
+    async with asyncio.timeout(TEST_TIMEOUT_S):
+        async with Consumer(
+            "made-by-consumer", bootstrap=bootstrap, allow_auto_topic_creation=True
+        ) as consumer:
+            for _ in range(4):
+                assert await consumer.getmany(timeout_ms=500) == {}
+        async with admin(bootstrap) as a:
+            assert "made-by-consumer" in await a.list_topics()  # the broker's auto-creation is on
 
 
 # -- idempotence -------------------------------------------------------------------------------

@@ -150,7 +150,8 @@ async def test_four_consumers_share_100k_messages_each_acked_exactly_once(
 async def test_messages_of_a_consumer_that_dies_are_delivered_again(bootstrap: str) -> None:
     queue = unique("dies")
     async with asyncio.timeout(TEST_TIMEOUT_S), QueueClient(bootstrap) as other:
-        await other.create_queue(queue, partitions=2, visibility_timeout=60)
+        assert await other.create_queue(queue, partitions=2, visibility_timeout=60)
+        assert not await other.create_queue(queue, partitions=1, exist_ok=True)
         for i in range(20):
             await other.send(queue, b"m%02d" % i)
 
@@ -314,6 +315,7 @@ async def test_delayed_messages_are_not_received_before_their_time(bootstrap: st
         assert got[b"later"][1] - sent_at >= 0.99  # never before its delay
         assert got[b"now"][1] < got[b"later"][1]
         assert got[b"later"][0].delivery_count == 1
+        assert got[b"later"][0].headers == []  # mq.delay.ms was the queue's, not the sender's
 
         # the queue's default delay
         sent_at = time.time()
@@ -453,6 +455,7 @@ async def test_a_dedup_id_is_delivered_once(bootstrap: str) -> None:
         assert first.partition == again.partition  # the id picks the partition
         got = await drain(q, queue, 2, limit_s=5)
         assert sorted(bodies(got)) == [b"order 1", b"order 2"]
+        assert all(m.headers == [] for m in got)  # mq.dedup.id is the queue's, not shown
         attributes = await q.describe_queue(queue)
         assert attributes.deduplicated >= 1
         assert (attributes.acked, attributes.visible, attributes.in_flight) == (2, 0, 0)

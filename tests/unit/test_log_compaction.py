@@ -56,7 +56,7 @@ def open_log(directory: Path, clock: Clock, config: LogConfig = CONFIG, **kw: ob
 
 def append(log: Log, records: list[tuple[bytes | None, bytes | None]], codec: int = 0) -> int:
     """Append one batch; returns its first offset."""
-    now = log._clock()
+    now = log.clock()
     batch = build_batch([(k, v, [], now) for k, v in records], codec=codec)
     return log.append(batch).first_offset
 

@@ -227,3 +227,18 @@ def test_truncate_below_forgets_records_and_leases() -> None:
     assert (sp.start, sp.end, list(sp.entries()), sp.in_flight) == (9, 9, [], 0)
     sp.add([meta(9, b"a")], 10, T0)
     assert [a.offset for a in sp.acquire(T0, 10, 100)] == [9]
+
+
+def test_a_receipt_naming_no_delivery_is_told_from_an_ended_lease() -> None:
+    sp = filled(3)
+    assert sp.acquire(T0, 1, 100) == [Acquired(0, 1, T0 + 100)]
+    assert sp.never_delivered(5, 1)  # beyond what the partition holds
+    assert sp.never_delivered(1, 1)  # there, but not delivered yet
+    assert sp.never_delivered(0, 2)  # delivered once, not twice
+    assert sp.never_delivered(0, 0)
+    assert not sp.never_delivered(0, 1)  # the lease now held
+    sp.ack(0, 1, T0)
+    assert not sp.never_delivered(0, 1)  # settled (below start: done)
+    assert sp.acquire(T0, 1, 100) == [Acquired(1, 1, T0 + 100)]
+    assert sp.expire(T0 + 100) == 1
+    assert not sp.never_delivered(1, 1)  # a lease that ended

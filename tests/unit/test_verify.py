@@ -15,6 +15,7 @@ from kafka_batches import SEGMENT, T0, kafka_batch, kafka_segment, write_segment
 from mq.records.batch import LENGTH_AT, MAGIC_AT, RECORDS_AT, set_base_offset
 from mq.storage.config import LogConfig
 from mq.storage.log import Log
+from mq.storage.segment import RESERVE_AHEAD
 from mq.storage.verify import BatchInfo, Damage, Padding, dump_segment, verify
 
 COUNTS = [1, 3, 2, 5, 4]
@@ -225,3 +226,54 @@ def test_a_data_dir_reports_each_damaged_partition(tmp_path: Path) -> None:
 def test_an_empty_directory_checks_nothing(tmp_path: Path) -> None:
     report = verify(tmp_path)
     assert (report.ok, report.files, report.batches) == (True, 0, 0)
+
+
+# -- sparse padding ---------------------------------------------------------------
+
+SPARSE_PARTITIONS = 40
+"""Partitions of small data in preallocated 1 GiB segments, as a broker killed with -9
+leaves them (the newcomer's ``mq-data``)."""
+GIB = 1 << 30
+
+
+def _unclosed_logs(root: Path, count: int) -> list[Log]:
+    config = LogConfig(segment_bytes=GIB, max_message_bytes=32 * 1024)
+    logs = []
+    for p in range(count):
+        log = Log.open(root / f"t-{p}", config)
+        for n in range(3):
+            log.append(kafka_batch(0, 2, T0 + n))
+        log.flush()
+        logs.append(log)
+    return logs
+
+
+def test_verify_reads_only_the_written_bytes_of_sparse_segments(tmp_path: Path) -> None:
+    logs = _unclosed_logs(tmp_path, SPARSE_PARTITIONS)
+    try:
+        assert (tmp_path / "t-0" / SEGMENT).stat().st_size == GIB  # pre-sized, not trimmed
+        report = verify(tmp_path)
+    finally:
+        for log in logs:
+            log.close()
+    assert report.ok, report.errors
+    assert (report.files, report.batches) == (SPARSE_PARTITIONS, 3 * SPARSE_PARTITIONS)
+    assert report.padding_bytes == SPARSE_PARTITIONS * GIB - report.bytes
+    # at most the blocks reserved ahead of the write position (allocated, unwritten)
+    assert report.padding_read <= SPARSE_PARTITIONS * RESERVE_AHEAD
+
+
+def test_data_after_a_hole_is_still_damage(tmp_path: Path) -> None:
+    (log,) = _unclosed_logs(tmp_path, 1)
+    try:
+        with open(tmp_path / "t-0" / SEGMENT, "r+b") as f:
+            f.seek(GIB // 2)
+            f.write(b"\x01")
+        report = verify(tmp_path)
+        entries = list(dump_segment(tmp_path / "t-0" / SEGMENT))
+    finally:
+        log.close()
+    assert report.first_error is not None
+    assert f"followed by data at byte {GIB // 2}" in report.first_error.reason
+    assert isinstance(entries[-1], Damage)
+    assert f"at byte {GIB // 2}" in entries[-1].reason
