@@ -169,6 +169,7 @@ def test_a_flipped_byte_in_a_follower_is_found_and_repaired_from_the_leader(tmp_
             assert found_after is not None
             assert found_after <= before + 1, "not found within one full pass after the flip"
             print(f"follower {follower}: found and repaired in {took:.2f} s")
+            print(*(line for line in cluster.broker(follower).output if "repaired" in line))
             offsets = await _read_all(cluster.bootstrap)
             assert offsets == list(range(RECORDS))
             cluster.stop()
