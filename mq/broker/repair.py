@@ -8,13 +8,16 @@ replica hosted here, :func:`repair`:
    leads, the same write hands leadership to the first live in-sync replica in
    the next leader epoch. Out of the ISR it cannot be elected, by a failover or
    a preferred-leader election, until it has caught up again;
-2. once it follows, truncates its log at the damaged segment's base offset
-   (a sealed segment's boundaries cannot be trusted past the damage, and
-   truncation never walks into it) and hands the partition back to its replica
-   fetcher, which copies the range again, batch for batch, from the leader: the
-   segments come back byte-identical to the leader's. A truncation is the
-   log's own atomic step (later segments go newest first, the kept one is
-   synced, the recovery checkpoint moves);
+2. once it follows, fetches the damaged segment's offsets from the leader
+   (consumer fetches), checks them (:func:`mq.storage.scrub.check_replacement`:
+   sound, exactly the segment's range), writes them aside and syncs them in a
+   worker thread, then swaps them in on the log's writer: rename over the
+   segment file, sync the directory, drop the old indexes, reopen the segment
+   (indexes rebuilt). The follower copied the leader's batches as they were,
+   so the segment comes back byte-identical. When the leader cannot serve the
+   range as one sound segment, it truncates its log at the damaged segment's
+   base offset instead (truncation never walks into the damage) and its
+   replica fetcher copies everything from there again;
 3. the leader adds it back to the ISR when it has caught up, as for any follower
    (until the damaged range is back, the replica leaves again if a leader acting
    on an older view wrote it back).
@@ -37,9 +40,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from mq.broker.partition import Partition, Role
-from mq.errors import MQError
+from mq.errors import MQError, error_for_code
+from mq.records.batch import parse_header
 from mq.replication import cluster_state
+from mq.storage import scrub
 from mq.storage.scrub import SegmentDamage
+from mq.wire.apis_data import FETCH
 
 if TYPE_CHECKING:
     from mq.broker.broker import Broker
@@ -53,6 +59,9 @@ REPAIR_WAIT_S: Final = 60.0
 """How long a repair waits for leadership to move away, and then for the
 re-fetch to cover the damaged range, before it gives up (the scrubber tries
 again at its next pass): ten session timeouts, far more than a failover takes."""
+FETCH_ROUNDS: Final = 1_000
+"""Fetches at most for one damaged segment's range: each brings at least one whole
+batch and up to a segment's bytes, so a sound range takes one or a few."""
 POLL_S: Final = 0.05
 """How often a repair looks at the partition while it waits."""
 
@@ -124,6 +133,84 @@ async def _refetched(broker: Broker, partition: Partition, end: int) -> bool:
     return True
 
 
+async def _fetch_range(broker: Broker, partition: Partition, start: int, end: int) -> bytes:
+    """The leader's batches holding offsets ``[start, end)``, as one buffer.
+
+    Consumer fetches (below the leader's high watermark; they move nothing on
+    the leader), at most :data:`FETCH_ROUNDS` of them. Raises MQError or
+    ValueError when the leader cannot serve the range whole.
+    """
+    topic, index = partition.topic, partition.index
+    limit = partition.log.config.segment_bytes
+    out = bytearray()
+    offset = start
+    for _ in range(FETCH_ROUNDS):
+        body = {
+            "max_wait_ms": 0,
+            "min_bytes": 1,
+            "max_bytes": limit,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition": index,
+                            "fetch_offset": offset,
+                            "partition_max_bytes": limit,
+                            "current_leader_epoch": -1,
+                        }
+                    ],
+                }
+            ],
+        }
+        response = await broker.peers.call_leader(topic, index, FETCH, body)
+        part = response["topics"][0]["partitions"][0]
+        if part["error"]:
+            raise error_for_code(part["error"])(part["message"])
+        data = bytes(part["records"])
+        if not data:
+            raise ValueError(f"the leader has nothing at offset {offset} (below {end})")
+        pos = 0
+        while pos < len(data):
+            header = parse_header(data, pos)
+            if header.base_offset >= end:
+                return bytes(out)
+            out += data[pos : pos + header.size]
+            pos += header.size
+            offset = header.next_offset
+            if offset >= end:
+                return bytes(out)
+            if len(out) > 2 * limit:
+                raise ValueError(f"offsets {start}-{end - 1} hold more than a segment's bytes")
+    raise ValueError(f"offsets {start}-{end - 1} not fetched in {FETCH_ROUNDS} fetches")
+
+
+async def _rewrite_from_leader(
+    broker: Broker, partition: Partition, damage: SegmentDamage, end: int
+) -> bool:
+    """Rewrite the damaged segment with the leader's batches of its range, in place.
+
+    True once swapped in; False when the leader cannot serve the range as one
+    sound segment of the same offsets (then the caller truncates instead).
+    """
+    base = damage.segment_base
+    try:
+        data = await _fetch_range(broker, partition, base, end)
+        scrub.check_replacement(data, damage.path, base, end)
+        aside = await asyncio.to_thread(scrub.write_aside, damage.path, data)
+        await partition.writer.call(lambda log_: scrub.replace_sealed(log_, base, aside))
+    except (MQError, ValueError, OSError) as exc:
+        log.warning(
+            "%s: cannot rewrite segment %d from the leader (%s); truncating instead",
+            partition.name,
+            base,
+            exc,
+        )
+        return False
+    return True
+
+
 async def repair(broker: Broker, partition: Partition, damage: SegmentDamage, end: int) -> bool:
     """Repair ``partition``'s replica here from an in-sync one (see the module docstring).
 
@@ -155,29 +242,27 @@ async def repair(broker: Broker, partition: Partition, damage: SegmentDamage, en
         if not await _until(lambda: partition.role is not Role.LEADER, REPAIR_WAIT_S):
             log.warning("%s: leadership did not move within %s s", partition.name, REPAIR_WAIT_S)
             return False
-        await partition.truncate_to(damage.segment_base)
-        # a fetch sent before the truncation may have brought this node back: answered by now
-        await asyncio.sleep(broker.config.replica_fetch_wait_max_ms / 1000 + POLL_S)
-        await withdraw(broker, topic, index)
+        if await _rewrite_from_leader(broker, partition, damage, end):
+            how = "rewritten from the leader's copy"
+        else:
+            await partition.truncate_to(damage.segment_base)
+            # a fetch sent before the truncation may have brought this node back: answered now
+            await asyncio.sleep(broker.config.replica_fetch_wait_max_ms / 1000 + POLL_S)
+            await withdraw(broker, topic, index)
+            how = "truncated and fetched again"
     finally:
         partition.repairing = False
         broker.replicas.apply_written(partition)  # back to its leader's fetcher
-    log.info(
-        "%s: truncated to %d on broker %d, fetching offsets %s again from the leader",
-        partition.name,
-        damage.segment_base,
-        broker.node_id,
-        damage.offsets(end),
-    )
     if not await _refetched(broker, partition, end):
         log.warning("%s: the re-fetch did not reach offset %d in time", partition.name, end)
         return False
     partition.damage = None
     log.warning(
-        "%s: repaired offsets %s on broker %d from the leader in %.2f s",
+        "%s: repaired offsets %s on broker %d (%s) in %.2f s",
         partition.name,
         damage.offsets(end),
         broker.node_id,
+        how,
         time.monotonic() - started,
     )
     return True

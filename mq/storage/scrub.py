@@ -42,13 +42,17 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mq.records.batch import LOG_OVERHEAD, Buffer, compute_crc
+from mq.records.batch import LOG_OVERHEAD, Buffer, compute_crc, parse_header
 from mq.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from mq.storage.fileio import DEFAULT_IO, FileIO
-from mq.storage.segment import MAX_RELATIVE_OFFSET, segment_name
+from mq.storage.segment import MAX_RELATIVE_OFFSET, Segment, segment_name
 from mq.storage.verify import SEGMENT_FILE, partition_segments
 from mq.storage.verify import _sound_header as sound_header
+
+if TYPE_CHECKING:
+    from mq.storage.chain import LogCore
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +276,78 @@ def _base_of(path: Path) -> int:
     if m is None:
         raise ValueError(f"{path} is not a segment file")
     return int(m.group(1))
+
+
+# -- a broker's repair from a healthy copy ------------------------------------------------
+
+REPAIR_SUFFIX = ".repair.tmp"
+"""A repaired segment's bytes are written aside under this suffix, synced, and then
+renamed over the damaged file; recovery deletes a ``.tmp`` left by a crash."""
+
+
+def check_replacement(data: Buffer, path: Path, base_offset: int, next_base: int) -> None:
+    """Raise ValueError unless ``data`` is sound batches covering a sealed segment's range:
+    from ``base_offset`` on, ending exactly at ``next_base`` (the next segment's base)."""
+    damage = scan_buffer(data, path, base_offset, next_base=next_base)
+    if damage is not None:
+        raise ValueError(f"the replacement is not sound: {damage.reason}")
+    if not data:
+        raise ValueError("the replacement is empty")
+    pos, end = 0, 0
+    while pos < len(data):
+        header = parse_header(data, pos)
+        end = header.next_offset
+        pos += header.size
+    if end != next_base:
+        raise ValueError(f"the replacement ends at offset {end}, not at {next_base}")
+
+
+def write_aside(path: Path, data: bytes, io: FileIO = DEFAULT_IO) -> Path:
+    """Write ``data`` next to ``path`` (:data:`REPAIR_SUFFIX`) and sync it; blocking: run it
+    in a worker thread."""
+    aside = path.with_name(path.name + REPAIR_SUFFIX)
+    fd = io.open(aside, create=True)
+    try:
+        io.truncate(fd, 0)
+        io.pwrite(fd, data, 0)
+        io.fsync(fd)
+    finally:
+        io.close(fd)
+    return aside
+
+
+def replace_sealed(log: LogCore, base_offset: int, aside: Path) -> None:
+    """Swap the sealed segment at ``base_offset`` for the file ``aside`` (see :func:`write_aside`).
+
+    Renames it over the segment file, syncs the directory, drops the old
+    indexes and reopens the segment (its indexes rebuilt from the new bytes).
+    The caller checked the bytes (:func:`check_replacement`). Runs on the log's
+    owner. Raises ValueError if the segment is no longer a sealed one of the
+    log (the file aside is removed); an I/O error takes the log offline.
+    """
+    log.check_online()
+    chain = log.chain
+    if base_offset not in chain.bases[:-1]:
+        aside.unlink(missing_ok=True)
+        raise ValueError(f"segment {base_offset} is no longer a sealed segment of the log")
+    i = chain.bases.index(base_offset)
+    old = chain.segments[i]
+    try:
+        log.io.rename(aside, old.path)
+        log.io.fsync_dir(log.directory)
+        old.close()  # a reader's view keeps the old map alive
+        for suffix in (".index", ".timeindex"):
+            try:
+                log.io.unlink(log.directory / segment_name(base_offset, suffix))
+            except FileNotFoundError:
+                pass
+        new = Segment.open_trusted(
+            log.directory, base_offset, log.io, log.config.index_interval_bytes
+        )
+    except OSError as exc:
+        raise log.fail("segment repair", exc) from exc
+    chain.segments[i] = new
+    chain.unsynced = [new if s is old else s for s in chain.unsynced]
 
 
 # -- operator repairs (the broker is stopped) ------------------------------------------

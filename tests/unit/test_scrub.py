@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from kafka_batches import T0, kafka_batch
 
+from mq.errors import CorruptRecordError
 from mq.records.batch import HEADER_SIZE, parse_header
 from mq.storage import scrub
 from mq.storage.config import LogConfig
@@ -236,3 +237,43 @@ def test_skip_of_a_broken_length_drops_the_rest_of_the_segment(
     assert scrub.scrub_partition(directory) == []
     expected = [o for o in range(RECORDS * BATCHES) if not first <= o < next_base]
     assert _offsets(directory) == expected
+
+
+def test_a_damaged_sealed_segment_is_replaced_in_place_from_a_healthy_copy(
+    written: tuple[Path, list[tuple[int, int]]], tmp_path: Path
+) -> None:
+    healthy = written[0]
+    directory = _copy(healthy, tmp_path / "t-0")
+    log = Log.open(directory, CONFIG)
+    try:
+        segments = log.segments
+        damaged, following = segments[1], segments[2]
+        good = (healthy / damaged.path.name).read_bytes()
+        _flip(damaged.path, HEADER_SIZE + 1)  # in place, under the open log's map
+        with pytest.raises(CorruptRecordError):
+            log.read(damaged.base_offset, 1 << 20)
+        bad = bytearray(good)
+        bad[HEADER_SIZE + 1] ^= 0x20
+        with pytest.raises(ValueError, match="not sound"):
+            scrub.check_replacement(bad, damaged.path, damaged.base_offset, following.base_offset)
+        with pytest.raises(ValueError, match="ends at offset"):
+            scrub.check_replacement(
+                good[: _batches(good)[-1][0]],
+                damaged.path,
+                damaged.base_offset,
+                following.base_offset,
+            )
+        scrub.check_replacement(good, damaged.path, damaged.base_offset, following.base_offset)
+        aside = scrub.write_aside(damaged.path, good)
+        scrub.replace_sealed(log, damaged.base_offset, aside)
+        assert not aside.exists()
+        assert log.segments[1] is not damaged
+        found = log.read(damaged.base_offset, 1 << 20)
+        assert found is not None
+        assert found.first_offset == damaged.base_offset
+    finally:
+        log.close()
+    assert scrub.scrub_partition(directory) == []
+    assert _offsets(directory) == list(range(RECORDS * BATCHES))
+    for name in ("00000000000000000000.log", damaged.path.name):
+        assert (directory / name).read_bytes() == (healthy / name).read_bytes()
