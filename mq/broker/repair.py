@@ -63,6 +63,9 @@ FETCH_ROUNDS: Final = 1_000
 """Fetches at most for one damaged segment's range: each brings at least one whole
 batch and up to a segment's bytes, so a sound range takes one or a few."""
 POLL_S: Final = 0.05
+FETCH_DRAIN_S: Final = 0.5
+"""Added to ``replica_fetch_wait_max_ms`` when waiting for a replica fetch sent before
+a withdrawal to be answered: a loaded leader's answer is late by a little more."""
 """How often a repair looks at the partition while it waits."""
 
 
@@ -197,7 +200,8 @@ async def _rewrite_from_leader(
     base = damage.segment_base
     try:
         data = await _fetch_range(broker, partition, base, end)
-        scrub.check_replacement(data, damage.path, base, end)
+        epochs = [(e.epoch, e.start_offset) for e in partition.log.epochs.entries]
+        scrub.check_replacement(data, damage.path, base, end, epochs)
         aside = await asyncio.to_thread(scrub.write_aside, damage.path, data)
         await partition.writer.call(lambda log_: scrub.replace_sealed(log_, base, aside))
     except (MQError, ValueError, OSError) as exc:
@@ -221,6 +225,22 @@ async def repair(broker: Broker, partition: Partition, damage: SegmentDamage, en
     started = time.monotonic()
     topic, index = partition.topic, partition.index
     partition.damage = damage
+    # no fetch from here from now on: a leader would take a fetch at the log end as
+    # "caught up" and bring this replica back into the ISR
+    partition.repairing = True
+    for fetcher in broker.replicas.fetchers.values():
+        fetcher.remove(topic, index)
+    try:
+        return await _repair(broker, partition, damage, end, started)
+    finally:
+        partition.repairing = False
+        broker.replicas.apply_written(partition)  # back to its leader's fetcher
+
+
+async def _repair(
+    broker: Broker, partition: Partition, damage: SegmentDamage, end: int, started: float
+) -> bool:
+    topic, index = partition.topic, partition.index
     if not await withdraw(broker, topic, index):
         if not partition.unrepairable:
             log.error(
@@ -235,24 +255,22 @@ async def repair(broker: Broker, partition: Partition, damage: SegmentDamage, en
         partition.unrepairable = True
         return False
     partition.unrepairable = False
-    partition.repairing = True
-    try:
-        for fetcher in broker.replicas.fetchers.values():
-            fetcher.remove(topic, index)
-        if not await _until(lambda: partition.role is not Role.LEADER, REPAIR_WAIT_S):
-            log.warning("%s: leadership did not move within %s s", partition.name, REPAIR_WAIT_S)
+    if not await _until(lambda: partition.role is not Role.LEADER, REPAIR_WAIT_S):
+        log.warning("%s: leadership did not move within %s s", partition.name, REPAIR_WAIT_S)
+        return False
+    if await _rewrite_from_leader(broker, partition, damage, end):
+        how = "rewritten from the leader's copy"
+    else:
+        # a truncated replica must never be elected: a fetch sent before the withdrawal
+        # may have brought it back into the ISR; wait until any such fetch is answered,
+        # leave again if so, and only then truncate
+        await asyncio.sleep(broker.config.replica_fetch_wait_max_ms / 1000 + FETCH_DRAIN_S)
+        if not await withdraw(broker, topic, index):
             return False
-        if await _rewrite_from_leader(broker, partition, damage, end):
-            how = "rewritten from the leader's copy"
-        else:
-            await partition.truncate_to(damage.segment_base)
-            # a fetch sent before the truncation may have brought this node back: answered now
-            await asyncio.sleep(broker.config.replica_fetch_wait_max_ms / 1000 + POLL_S)
-            await withdraw(broker, topic, index)
-            how = "truncated and fetched again"
-    finally:
-        partition.repairing = False
-        broker.replicas.apply_written(partition)  # back to its leader's fetcher
+        await partition.truncate_to(damage.segment_base)
+        how = "truncated and fetched again"
+    partition.repairing = False
+    broker.replicas.apply_written(partition)  # back to its leader's fetcher
     if not await _refetched(broker, partition, end):
         log.warning("%s: the re-fetch did not reach offset %d in time", partition.name, end)
         return False

@@ -285,10 +285,17 @@ REPAIR_SUFFIX = ".repair.tmp"
 renamed over the damaged file; recovery deletes a ``.tmp`` left by a crash."""
 
 
-def check_replacement(data: Buffer, path: Path, base_offset: int, next_base: int) -> None:
+def check_replacement(
+    data: Buffer,
+    path: Path,
+    base_offset: int,
+    next_base: int,
+    epochs: Sequence[tuple[int, int]] = (),
+) -> None:
     """Raise ValueError unless ``data`` is sound batches covering a sealed segment's range:
-    from ``base_offset`` on, ending exactly at ``next_base`` (the next segment's base)."""
-    damage = scan_buffer(data, path, base_offset, next_base=next_base)
+    from ``base_offset`` on, ending exactly at ``next_base`` (the next segment's base),
+    with the leader epochs of this log's cache (``epochs``) when given."""
+    damage = scan_buffer(data, path, base_offset, next_base=next_base, epochs=epochs)
     if damage is not None:
         raise ValueError(f"the replacement is not sound: {damage.reason}")
     if not data:
