@@ -287,6 +287,15 @@ class UnknownLeaderEpochError(MQError):
     default_message = "the request's leader epoch is newer than this broker knows"
 
 
+class OffsetNotAvailableError(MQError):
+    code = 78
+    name = "OFFSET_NOT_AVAILABLE"
+    retriable = True
+    default_message = (
+        "the leader's high watermark has not caught up with its epoch start yet (a new leader)"
+    )
+
+
 class PreferredLeaderNotAvailableError(MQError):
     code = 80
     name = "PREFERRED_LEADER_NOT_AVAILABLE"

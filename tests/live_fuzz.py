@@ -31,7 +31,7 @@ from mq.broker.server import HANDLERS
 from mq.errors import MQError, ProtocolError
 from mq.records import batch as fmt
 from mq.records.records import Header
-from mq.wire import apis_core, apis_data, apis_queues
+from mq.wire import apis_core, apis_data, apis_queues, apis_replication
 from mq.wire.frames import FrameDecoder
 from mq.wire.messages import (
     Request,
@@ -448,9 +448,11 @@ def refuse_to_send(request: Request[Any], *, checked: bool) -> None:
     writes_known = request.api is apis_data.PRODUCE and KNOWN_TOPIC in topics_named(request)
     if writes_known and (not checked or body["acks"] == 0):
         raise Rejected("it would write to the known topic unchecked")
-    long_polls = (apis_data.FETCH, apis_queues.QUEUE_RECEIVE)
+    long_polls = (apis_data.FETCH, apis_queues.QUEUE_RECEIVE, apis_replication.REPLICA_FETCH)
     if request.api in long_polls and body["max_wait_ms"] > MAX_FETCH_WAIT_MS:
-        raise Rejected("a long poll")  # a queue_receive may wait 20 s: the answer timeout
+        # a queue_receive may wait 20 s (the answer timeout), a replica_fetch for
+        # a partition that gets nothing new up to its max_wait_ms (an int32)
+        raise Rejected("a long poll")
     creates = request.api is apis_core.CREATE_TOPICS and not body["validate_only"]
     if creates and sum(max(1, t["partitions"]) for t in body["topics"]) > MAX_NEW_PARTITIONS:
         raise Rejected("too many new partitions")

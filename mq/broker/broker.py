@@ -22,6 +22,7 @@ import fcntl
 import logging
 import os
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -111,6 +112,10 @@ class Broker:
         """API keys the server has handlers for (what api_versions advertises)."""
         self._lock_fd: int | None = None
         self._lease: Lease | None = None
+        self.broker_epoch = 0
+        """This incarnation's registration revision (0: not registered, or the session
+        was lost). The broker leads no partition whose state is older: the controller
+        elects it again, in a new leader epoch, first."""
         self._tasks: list[asyncio.Task[None]] = []
         self._view_waiters: set[asyncio.Future[None]] = set()
         self._stopping = False
@@ -137,6 +142,7 @@ class Broker:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._follow(), name="metadata-watch"))
         self._tasks.append(loop.create_task(self._retention_loop(), name="retention"))
+        self._tasks.append(loop.create_task(self._checkpoint_loop(), name="hw-checkpoint"))
         self._tasks.append(loop.create_task(self._supervise_lease(), name="lease"))
         self.isr.start()
         self.scrubber.start()
@@ -162,12 +168,16 @@ class Broker:
             )
             try:
                 await self.seat.start()
-                return
             except NodeIdInUseError:
                 if loop.time() >= deadline:
                     raise
                 log.info("node %d: waiting for the previous registration to expire", self.node_id)
                 await asyncio.sleep(REGISTER_RETRY_S)
+                continue
+            self.broker_epoch = self.seat.broker_epoch
+            log.info("broker %d registered in broker epoch %d", self.node_id, self.broker_epoch)
+            self.replicas.reconcile_all()
+            return
 
     async def _adopt_local(self) -> None:
         """Single node: be the controller, and take in a catalog from before the store."""
@@ -281,6 +291,8 @@ class Broker:
             if self._stopping:
                 return
             log.error("broker %d lost its registration lease; registering again", self.node_id)
+            self.broker_epoch = 0
+            self.replicas.fence_all()  # another broker may be elected to lead them meanwhile
             if self.seat is not None:
                 await self.seat.abandon()
             while True:
@@ -314,6 +326,12 @@ class Broker:
 
     def _has_topic(self, name: str) -> bool:
         return name in self.view.topics
+
+    @property
+    def fenced_below(self) -> int:
+        """States written below this revision make this broker lead nothing: its broker
+        epoch (everything while it is not registered)."""
+        return self.broker_epoch if self.broker_epoch else sys.maxsize
 
     @property
     def is_controller(self) -> bool:
@@ -516,6 +534,13 @@ class Broker:
         return self.seat
 
     # -- retention ------------------------------------------------------------------
+
+    async def _checkpoint_loop(self) -> None:
+        """Checkpoint every partition's high watermark that moved, periodically."""
+        while True:
+            await asyncio.sleep(self.config.high_watermark_checkpoint_ms / 1000)
+            for partition in list(self.partitions.values()):
+                partition.checkpoint_high_watermark()
 
     async def _retention_loop(self) -> None:
         while True:

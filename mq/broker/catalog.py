@@ -35,6 +35,7 @@ TOPIC_CONFIG_KEYS = {
     "flush",
     "flush.ms",
     "max.message.bytes",
+    "max.decompression.factor",
     "cleanup.policy",
     "min.cleanable.dirty.ratio",
     "min.compaction.lag.ms",

@@ -41,6 +41,13 @@ class BrokerConfig:
     the topic exists; replicated like ``__consumer_offsets``)."""
     retention_check_ms: int = 60_000
     """How often retention runs over every partition."""
+    share_state_load_wait_ms: int = 10_000
+    """How long a share-state load waits for the state partition's high watermark to
+    reach its fence (a leader just elected or restarted: its followers' next fetch),
+    before the receive fails with a retriable COORDINATOR_LOAD_IN_PROGRESS."""
+    high_watermark_checkpoint_ms: int = 5_000
+    """How often each partition's high watermark is checkpointed (Kafka's
+    replica.high.watermark.checkpoint.interval.ms): a restarted replica starts from it."""
     cleaner_backoff_ms: int = 15_000
     """How often the log cleaner looks for compacted partitions to clean (Kafka's
     log.cleaner.backoff.ms)."""
@@ -105,6 +112,8 @@ class BrokerConfig:
             "replica_fetch_max_bytes",
             "replication_catchup_bytes_per_s",
             "scrub_interval_ms",
+            "high_watermark_checkpoint_ms",
+            "share_state_load_wait_ms",
         )
         for name in positive:
             if getattr(self, name) < 1:

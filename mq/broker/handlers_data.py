@@ -189,6 +189,8 @@ async def list_offsets(
                 )
                 result["leader_epoch"] = partition.leader_epoch
                 timestamp = part["timestamp"]
+                if timestamp != EARLIEST_TIMESTAMP:
+                    partition.require_caught_up()
                 if timestamp == LATEST_TIMESTAMP:
                     result["offset"], result["timestamp"] = partition.high_watermark, -1
                 elif timestamp == EARLIEST_TIMESTAMP:

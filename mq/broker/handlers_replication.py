@@ -15,6 +15,7 @@ import time
 from typing import Any, cast
 
 from mq.broker.broker import Broker
+from mq.broker.catalog import SHARE_STATE_TOPIC
 from mq.broker.context import RequestContext, by_topic, set_error, wait_for_any
 from mq.broker.partition import Partition
 from mq.errors import (
@@ -159,6 +160,8 @@ async def internal_append(
         if info is None or not info.internal:
             raise InvalidTopicError(f"{body['topic']} is not an internal topic")
         partition = broker.leader_partition(body["topic"], body["partition"])
+        if body["topic"] == SHARE_STATE_TOPIC and broker.queues is not None:
+            broker.queues.store.admit(bytes(body["records"]))  # fenced share-state saves
         appended = await partition.append(body["records"], acks=-1)
     except MQError as exc:
         return {"error": exc.code, "message": exc.message, "base_offset": -1}

@@ -28,6 +28,7 @@ import msgpack
 
 from mq.broker.broker import Broker
 from mq.broker.catalog import OFFSETS_TOPIC
+from mq.broker.internal_records import records_or_skip, skipped
 from mq.broker.partition import Partition
 from mq.errors import (
     CoordinatorLoadInProgressError,
@@ -36,7 +37,7 @@ from mq.errors import (
     NotCoordinatorError,
 )
 from mq.groups.assignors import TopicPartition
-from mq.records.records import RecordInput, build_batch, decode_records
+from mq.records.records import RecordInput, build_batch
 from mq.storage.segment import Slice
 
 log = logging.getLogger(__name__)
@@ -146,8 +147,11 @@ class OffsetStore:
             data, pos = found.data, 0
             while pos < len(data):
                 size = int.from_bytes(data[pos + 8 : pos + 12], "big") + 12
-                for record in decode_records(data[pos : pos + size]):
-                    count += _apply(loaded, record.key, record.value)
+                for record in records_or_skip(data[pos : pos + size], partition.name):
+                    try:
+                        count += _apply(loaded, record.key, record.value)
+                    except CorruptRecordError as exc:
+                        skipped(partition.name, record.offset, exc)
                 pos += size
             offset = found.next_offset
             del data, found
@@ -188,15 +192,21 @@ class OffsetStore:
 def _apply(
     into: dict[str, dict[TopicPartition, CommittedOffset]], key: bytes | None, value: bytes | None
 ) -> int:
+    """Apply one record; :class:`CorruptRecordError` (nothing applied) when it does not decode."""
     try:
         kind, group, topic, partition = msgpack.unpackb(key or b"")
         if kind != OFFSET_KEY:
             return 0
+        if not (isinstance(group, str) and isinstance(topic, str) and type(partition) is int):
+            raise ValueError(f"key {[kind, group, topic, partition]!r} is not [0, str, str, int]")
         tp = TopicPartition(topic, partition)
         if value is None:
             into.get(group, {}).pop(tp, None)
-        else:
-            into.setdefault(group, {})[tp] = CommittedOffset(*msgpack.unpackb(value))
+            return 1
+        committed = CommittedOffset(*msgpack.unpackb(value))
+        if type(committed.offset) is not int or type(committed.leader_epoch) is not int:
+            raise ValueError(f"value {list(committed)!r} is not [int, int, ...]")
+        into.setdefault(group, {})[tp] = committed
     except (ValueError, TypeError, msgpack.UnpackException) as exc:
         raise CorruptRecordError(f"bad record in {OFFSETS_TOPIC}: {exc}") from exc
     return 1

@@ -37,11 +37,14 @@ from mq.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     UnknownLeaderEpochError,
 )
 from mq.replication.placement import PartitionState
 from mq.replication.tracker import ReplicaTracker
+from mq.storage.checkpoint import read_high_watermark, write_high_watermark
 from mq.storage.config import LogConfig
+from mq.storage.fileio import FileIO
 from mq.storage.log import AppendInfo, Log
 from mq.storage.scrub import SegmentDamage
 from mq.storage.segment import Slice
@@ -79,9 +82,13 @@ class Partition:
         self.min_insync_replicas = 1
         self.local_end = log.next_offset
         """The log end as far as acknowledgements go (appends that met the flush policy)."""
-        self.high_watermark = log.log_start_offset
+        checkpointed = read_high_watermark(log.directory) or 0
+        self.high_watermark = max(log.log_start_offset, min(checkpointed, log.next_offset))
         """Consumers read below it. A replica learns it from its leader, or as leader
-        from its followers' fetches: it starts low and catches up at the first round."""
+        from its followers' fetches; it starts at its checkpoint (capped by the log end)
+        and catches up at the first round."""
+        self.checkpointed_high_watermark = self.high_watermark
+        """The high watermark last written to the checkpoint (or read from it)."""
         self.tracker: ReplicaTracker | None = None
         self.damage: SegmentDamage | None = None
         """Damage the scrubber found in this replica's log, until it is repaired."""
@@ -149,6 +156,15 @@ class Partition:
             self.leader_epoch = state.leader_epoch
         return True
 
+    def fence(self) -> bool:
+        """Stop leading (a restarted broker, or one that lost its session): offline until
+        a newer state comes; whether the role changed."""
+        if self.role is not Role.LEADER:
+            return False
+        log.warning("%s: fenced in epoch %d, until elected again", self.name, self.leader_epoch)
+        self._step_down(Role.OFFLINE)
+        return True
+
     def _lead(self, state: PartitionState) -> None:
         self._step_down(Role.LEADER)
         self.leader_epoch = state.leader_epoch
@@ -197,6 +213,16 @@ class Partition:
             raise UnknownLeaderEpochError(
                 f"{self.name}: epoch {current_leader_epoch} is newer than this leader's "
                 f"{self.leader_epoch}"
+            )
+
+    def require_caught_up(self) -> None:
+        """Raise OffsetNotAvailableError while, as leader, the high watermark is below the
+        log end this leader had when it took its epoch: until then it does not know where
+        the acknowledged data ends (as Kafka's ListOffsets)."""
+        if self.tracker is not None and self.high_watermark < self.tracker.epoch_start:
+            raise OffsetNotAvailableError(
+                f"{self.name}: the high watermark {self.high_watermark} is below "
+                f"the epoch start {self.tracker.epoch_start}"
             )
 
     # -- the leader's data path ------------------------------------------------------------
@@ -370,9 +396,21 @@ class Partition:
             if not waiter.done():
                 waiter.set_result(None)
 
+    def checkpoint_high_watermark(self) -> None:
+        """Write the high watermark to its checkpoint if it moved (in the writer's order,
+        off the event loop)."""
+        high = self.high_watermark
+        if high == self.checkpointed_high_watermark:
+            return
+        self.checkpointed_high_watermark = high
+        self.writer_call_nowait(
+            lambda log_: write_high_watermark(log_.directory, FileIO(), min(high, log_.next_offset))
+        )
+
     async def close(self) -> None:
         self._step_down(Role.OFFLINE)
         self._wake()  # long polls look again, and find the partition gone
+        self.checkpoint_high_watermark()
         await self.writer.close()
 
 

@@ -6,8 +6,9 @@ outcome durable:
 
 * a *session* is one share partition (group, topic, partition) led here. It is
   loaded on first use from ``__share_state`` (:mod:`mq.broker.share_store`),
-  and dropped when this broker stops leading the partition (the new leader
-  loads the state saved so far);
+  which first fences the saves of earlier leader epochs off, and dropped when this
+  broker stops leading the partition (the new leader loads the state saved so far)
+  or a save of it is refused as fenced (a later leader loaded it);
 * receives and settlements change the state in memory, then wait until a save
   covering the change is acknowledged (acks=all) before they answer. One save
   per session is in flight at a time; the changes made meanwhile go into the
@@ -38,6 +39,7 @@ from mq.broker import cluster_io
 from mq.broker.share_store import ShareKey, ShareStateStore
 from mq.errors import (
     CoordinatorLoadInProgressError,
+    FencedLeaderEpochError,
     LeaderNotAvailableError,
     MQError,
     NotLeaderOrFollowerError,
@@ -154,7 +156,7 @@ class ShareManager:
             raise NotLeaderOrFollowerError(f"topic {key.topic} is gone")
         epoch = partition.leader_epoch
         await self.store.ensure_topic()
-        saved = await self.store.load(key, topic.topic_id)
+        saved = await self.store.load(key, topic.topic_id, epoch)
         config = share_config(topic.configs)
         if saved is not None:
             share = SharePartition.restore(config, saved)
@@ -280,8 +282,9 @@ class ShareManager:
         wanted: Filter | None,
         max_bytes: int,
     ) -> list[Acquired]:
-        if session.closed:
-            raise NotLeaderOrFollowerError(f"{session.partition.name}: leadership moved")
+        partition = session.partition
+        if session.closed or not partition.is_leader or partition.leader_epoch != session.epoch:
+            raise NotLeaderOrFollowerError(f"{partition.name}: leadership moved")
         self._fill(session, max_messages)
         share = session.share
         lease = lease_ms if lease_ms is not None else share.config.visibility_ms
@@ -359,6 +362,8 @@ class ShareManager:
                 except MQError as exc:
                     log.warning("saving share state of %s failed: %s", session.key, exc)
                     self._settle_waiters(session, version, exc)
+                    if isinstance(exc, FencedLeaderEpochError):
+                        self._close(session)  # a later leader took over: serve nothing more
                     return
                 session.saved = version
                 self._settle_waiters(session, version, None)

@@ -3,9 +3,12 @@
 For every partition the view assigns to this node the replica manager opens
 the log (once), gives it the role of the state (leader, follower of a given
 broker, offline) and hands followers to the :class:`ReplicaFetcher` of their
-leader. A partition the view no longer assigns here (its topic deleted, or
-reassigned away) is closed and its directory removed. Topic config changes
-reconfigure the open logs.
+leader. A state that makes this node leader but was written before its
+registration (its broker epoch) is not taken: the broker restarted or lost its
+session since, and leads only once the controller elects it in a new leader
+epoch (a fenced partition is offline here until then). A partition the view no
+longer assigns here (its topic deleted, or reassigned away) is closed and its
+directory removed. Topic config changes reconfigure the open logs.
 
 Each partition directory holds a ``partition.metadata`` file with its topic's
 id, so a directory left by a deleted topic is never taken for a new topic of
@@ -99,8 +102,19 @@ class ReplicaManager:
             if partition is None:
                 return
         partition.min_insync_replicas = broker.min_insync_replicas(topic, len(state.replicas))
-        if partition.apply_state(state, view.partition_revisions.get(key, 0)):
+        revision = view.partition_revisions.get(key, 0)
+        if state.leader == broker.node_id and revision < broker.fenced_below:
+            if partition.fence():  # a state from before this registration: wait for a new one
+                self._route(partition)
+            return
+        if partition.apply_state(state, revision):
             self._route(partition)
+
+    def fence_all(self) -> None:
+        """The broker lost its registration: lead nothing until elected again."""
+        for partition in list(self._broker.partitions.values()):
+            if partition.fence():
+                self._route(partition)
 
     def apply_written(self, partition: Partition) -> None:
         """The partition took a state it wrote itself: follow its role."""

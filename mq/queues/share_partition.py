@@ -14,7 +14,10 @@ Each record of the partition is, for this share group::
 An acquired record has a lease: a deadline (the visibility timeout) and a
 delivery count, incremented by each acquisition. A receipt names the record
 and that count, so a consumer whose lease expired (and whose record went to
-someone else) cannot ack it. Released records come back AVAILABLE, possibly
+someone else) cannot ack it. Settling is idempotent: an ack, release or reject
+repeated with a receipt that already settled the record the same way succeeds and
+changes nothing (the last :data:`SETTLED_MEMORY` settlements are remembered, and
+saved). Released records come back AVAILABLE, possibly
 only after a delay; a record's first visibility is its timestamp plus its
 delay (the ``mq.delay.ms`` header, or the queue's default).
 ``DEAD_LETTERING`` records wait for the broker to copy them to the dead-letter
@@ -47,6 +50,7 @@ from mq.queues.entries import (
     MAX_IN_FLIGHT,
     MAX_VISIBILITY_MS,
     MAX_WINDOW,
+    SETTLED_MEMORY,
     Acquired,
     Attributes,
     DeadLetter,
@@ -54,6 +58,7 @@ from mq.queues.entries import (
     Filter,
     RecordMeta,
     Run,
+    Settle,
     ShareConfig,
     State,
     delay_of,
@@ -85,6 +90,10 @@ class SharePartition:
         self._dedup: dict[str, int] = {}
         self._dedup_order: deque[tuple[int, str]] = deque()
         self._restored: deque[Run] = deque()
+        self._settled: dict[tuple[int, int], Settle] = {}
+        """(offset, count) → how that receipt settled it (bounded)."""
+        self._settled_order: deque[tuple[int, int, int]] = deque()
+        """The same, oldest first, as saved (a snapshot copies it in one step)."""
         self._touched_end = -1
         """No record above this offset has left its first state (bounds a snapshot's scan)."""
 
@@ -232,11 +241,14 @@ class SharePartition:
         return out
 
     def ack(self, offset: int, count: int, now: int) -> None:
+        if self._settled.get((offset, count)) is Settle.ACK:
+            return  # a repeat: it took effect
         entry = self._held(offset, count)
         entry.state = State.ACKED
         self.in_flight -= 1
         self.acked += 1
         self._finished(offset, entry, now)
+        self._remember(offset, count, Settle.ACK)
         self.version += 1
 
     def release(
@@ -244,21 +256,29 @@ class SharePartition:
     ) -> None:
         """Give a record back (a nack): visible again after ``delay_ms``, unless it is out
         of deliveries, in which case it is dead-lettered."""
+        if self._settled.get((offset, count)) is Settle.RELEASE:
+            return
         entry = self._held(offset, count)
         self.in_flight -= 1
         self._give_back(offset, entry, now, delay_ms, error or "released by the consumer")
+        self._remember(offset, count, Settle.RELEASE)
         self.version += 1
 
     def reject(self, offset: int, count: int, now: int, error: str | None = None) -> None:
         """The consumer cannot process the record: dead-letter it now."""
+        if self._settled.get((offset, count)) is Settle.REJECT:
+            return
         entry = self._held(offset, count)
         self.in_flight -= 1
         self._dead_letter(offset, entry, now, error or "rejected by the consumer")
+        self._remember(offset, count, Settle.REJECT)
         self.version += 1
 
     def extend(self, offset: int, count: int, now: int, visibility_ms: int) -> int:
         """Set the lease to end ``visibility_ms`` from now (0 releases the record at once,
         as SQS's ChangeMessageVisibility); returns the new deadline."""
+        if visibility_ms <= 0 and self._settled.get((offset, count)) is Settle.RELEASE:
+            return now
         entry = self._held(offset, count)
         if visibility_ms <= 0:
             self.release(offset, count, now)
@@ -267,6 +287,14 @@ class SharePartition:
         heapq.heappush(self._leases, (entry.until, offset, count))
         self.version += 1
         return entry.until
+
+    def _remember(self, offset: int, count: int, how: Settle) -> None:
+        settled, order = self._settled, self._settled_order
+        settled[(offset, count)] = how
+        order.append((offset, count, int(how)))
+        while len(order) > self.config.settled_memory:
+            old_offset, old_count, _ = order.popleft()
+            del settled[(old_offset, old_count)]
 
     def _held(self, offset: int, count: int) -> Entry:
         entry = self._entries.get(offset)
@@ -506,6 +534,7 @@ class SharePartition:
             "acked": self.acked,
             "dead_lettered": self.dead_lettered,
             "deduplicated": self.deduplicated,
+            "settled": list(self._settled_order),
         }
 
     @classmethod
@@ -515,6 +544,8 @@ class SharePartition:
         share.acked = int(snapshot.get("acked", 0))
         share.dead_lettered = int(snapshot.get("dead_lettered", 0))
         share.deduplicated = int(snapshot.get("deduplicated", 0))
+        for offset, count, how in snapshot.get("settled", ()):
+            share._remember(int(offset), int(count), Settle(how))
         share._restored = deque(
             (int(a), int(b), int(s), int(c), int(u), e) for a, b, s, c, u, e in snapshot["runs"]
         )
@@ -528,6 +559,7 @@ __all__ = [
     "MAX_IN_FLIGHT",
     "MAX_VISIBILITY_MS",
     "MAX_WINDOW",
+    "SETTLED_MEMORY",
     "Acquired",
     "Attributes",
     "DeadLetter",
@@ -535,6 +567,7 @@ __all__ = [
     "Filter",
     "RecordMeta",
     "Run",
+    "Settle",
     "ShareConfig",
     "SharePartition",
     "State",

@@ -1,4 +1,6 @@
-/* The record parser of mq.records.records in C: the consumer's per-record loop.
+/* The record parser of mq.records.records in C: the consumer's per-record loop;
+ * the broker's check of produced records (validate_records, further down); the
+ * producer's record encoders.
  *
  * parse_records() is mq.records.records._parse_records step for step: the
  * same fields read in the same order, the same checks, the same positions
@@ -312,6 +314,217 @@ fail:
     return NULL;
 }
 
+/* -- validation ---------------------------------------------------------------- */
+
+/* Raise invalid for a field of record i ("record 3: key length 7 runs past ..."), of its
+   header h when h >= 0 ("record 3: header 0 key is not UTF-8"). Messages are only
+   formatted here, on the way out: the loop itself builds no strings. */
+static void
+field_error(PyObject *invalid, Py_ssize_t i, int64_t h, const char *field, const char *what)
+{
+    if (h < 0) {
+        PyErr_Format(invalid, "record %zd: %s %s", i, field, what);
+    }
+    else {
+        PyErr_Format(invalid, "record %zd: header %lld %s %s", i, (long long)h, field, what);
+    }
+}
+
+/* The varint at *pos of at most max_bytes, read no further than limit: 0, or -1 with
+   the exception set, its message naming record i (header h) and the field. */
+static int
+check_varint(const uint8_t *buf, Py_ssize_t limit, Py_ssize_t *pos, int max_bytes,
+             PyObject *invalid, Py_ssize_t i, int64_t h, const char *field, int64_t *out)
+{
+    Py_ssize_t p = *pos;
+    uint64_t raw = 0;
+    int shift = 0;
+    char what[48];
+    for (int n = 0; n < max_bytes; n++) {
+        if (p >= limit) {
+            field_error(invalid, i, h, field, "varint is truncated");
+            return -1;
+        }
+        uint64_t byte = buf[p++];
+        uint64_t bits = byte & 0x7F;
+        raw |= bits << shift; /* shift <= 63 */
+        if (byte < 0x80) {
+            if ((shift == 63 && bits > 1) || (max_bytes == 5 && (raw >> 32) != 0)) {
+                field_error(invalid, i, h, field, "varint is out of range");
+                return -1;
+            }
+            *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            *pos = p;
+            return 0;
+        }
+        shift += 7;
+    }
+    snprintf(what, sizeof what, "varint is longer than %d bytes", max_bytes);
+    field_error(invalid, i, h, field, what);
+    return -1;
+}
+
+/* One varint inline when it is one or two bytes inside the limit (nearly every length
+   and delta); the general reader otherwise. */
+#define CHECK_VARINT(dst, limit, max, h, field)                                      \
+    do {                                                                             \
+        if (pos < (limit) && buf[pos] < 0x80) {                                      \
+            uint8_t b_ = buf[pos++];                                                 \
+            (dst) = (int64_t)(b_ >> 1) ^ -(int64_t)(b_ & 1);                         \
+        } else if (pos + 1 < (limit) && buf[pos + 1] < 0x80) {                       \
+            uint32_t r_ = (uint32_t)(buf[pos] & 0x7F) | ((uint32_t)buf[pos + 1] << 7); \
+            pos += 2;                                                                \
+            (dst) = (int64_t)(r_ >> 1) ^ -(int64_t)(r_ & 1);                         \
+        } else if (check_varint(buf, (limit), &pos, (max), invalid, i, (h), (field), \
+                                &(dst)) < 0) {                                       \
+            goto fail;                                                               \
+        }                                                                            \
+    } while (0)
+
+/* Whether buf[0:n] is UTF-8 as Python's strict decoder takes it (no surrogates,
+   no overlong forms, nothing past U+10FFFF). */
+static int
+is_utf8(const uint8_t *s, Py_ssize_t n)
+{
+    Py_ssize_t k = 0;
+    while (k < n) {
+        uint8_t c = s[k];
+        if (c < 0x80) {
+            k += 1;
+            continue;
+        }
+        Py_ssize_t len;
+        uint8_t lo = 0x80, hi = 0xBF; /* the range of the second byte */
+        if (c >= 0xC2 && c <= 0xDF) len = 2;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;
+            if (c == 0xED) hi = 0x9F;
+        }
+        else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;
+            if (c == 0xF4) hi = 0x8F;
+        }
+        else return 0;
+        if (n - k < len) return 0;
+        if (s[k + 1] < lo || s[k + 1] > hi) return 0;
+        for (Py_ssize_t j = 2; j < len; j++) {
+            if ((s[k + j] & 0xC0) != 0x80) return 0;
+        }
+        k += len;
+    }
+    return 1;
+}
+
+/* A nullable field's length: -1 (null) or within the record; pos moves past its bytes. */
+#define CHECK_FIELD(size, h, field)                                                      \
+    do {                                                                                 \
+        if ((size) < -1) {                                                               \
+            snprintf(what, sizeof what, "length %lld is negative", (long long)(size));   \
+            field_error(invalid, i, (h), (field), what);                                 \
+            goto fail;                                                                   \
+        }                                                                                \
+        if ((size) > record_end - pos) {                                                 \
+            snprintf(what, sizeof what, "length %lld runs past the record (%zd bytes left)", \
+                     (long long)(size), record_end - pos);                               \
+            field_error(invalid, i, (h), (field), what);                                 \
+            goto fail;                                                                   \
+        }                                                                                \
+        if ((size) > 0) pos += (Py_ssize_t)(size);                                       \
+    } while (0)
+
+PyDoc_STRVAR(validate_records_doc,
+"validate_records(data, pos, end, count, invalid) -> None\n\n"
+"Check that data[pos:end] holds exactly count well-formed records with offset deltas\n"
+"0..count-1, as mq.records.record_loops.validate_records does; raise invalid otherwise.\n"
+"No Python object is made per record.");
+
+static PyObject *
+validate_records(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos, end, count;
+    PyObject *invalid;
+    if (!PyArg_ParseTuple(args, "y*nnnO", &view, &pos, &end, &count, &invalid)) {
+        return NULL;
+    }
+    const uint8_t *buf = (const uint8_t *)view.buf;
+    Py_ssize_t i = 0;
+    char what[96]; /* an error's text, formatted only on the way out */
+    if (pos < 0 || end > view.len || pos > end || count < 0) {
+        PyErr_SetString(PyExc_ValueError, "pos, end or count out of range");
+        goto fail;
+    }
+    if (count > (end - pos) / 7) { /* MIN_RECORD_SIZE */
+        PyErr_Format(invalid, "%zd bytes cannot hold %zd records", end - pos, count);
+        goto fail;
+    }
+    for (; i < count; i++) {
+        int64_t length, delta, size, n_headers;
+        CHECK_VARINT(length, end, 5, -1, "length");
+        if (length < 6) {
+            PyErr_Format(invalid, "record %zd: length %lld is below the minimum of 6", i,
+                         (long long)length);
+            goto fail;
+        }
+        if (length > end - pos) {
+            PyErr_Format(invalid, "record %zd: length %lld runs past the records (%zd bytes left)",
+                         i, (long long)length, end - pos);
+            goto fail;
+        }
+        const Py_ssize_t record_end = pos + (Py_ssize_t)length;
+        pos += 1; /* attributes: unused */
+        CHECK_VARINT(delta, record_end, 10, -1, "timestamp delta");
+        CHECK_VARINT(delta, record_end, 5, -1, "offset delta");
+        if (delta != i) {
+            PyErr_Format(invalid, "record %zd: offset delta %lld, expected %zd", i,
+                         (long long)delta, i);
+            goto fail;
+        }
+        CHECK_VARINT(size, record_end, 5, -1, "key length");
+        CHECK_FIELD(size, -1, "key");
+        CHECK_VARINT(size, record_end, 5, -1, "value length");
+        CHECK_FIELD(size, -1, "value");
+        CHECK_VARINT(n_headers, record_end, 5, -1, "header count");
+        if (n_headers < 0 || n_headers > (record_end - pos) / 2) {
+            PyErr_Format(invalid, "record %zd: header count %lld does not fit the record "
+                         "(%zd bytes left)", i, (long long)n_headers, record_end - pos);
+            goto fail;
+        }
+        for (int64_t h = 0; h < n_headers; h++) {
+            CHECK_VARINT(size, record_end, 5, h, "key length");
+            if (size < 0) {
+                snprintf(what, sizeof what, "length %lld is negative", (long long)size);
+                field_error(invalid, i, h, "key", what);
+                goto fail;
+            }
+            const Py_ssize_t key_at = pos;
+            CHECK_FIELD(size, h, "key");
+            if (!is_utf8(buf + key_at, (Py_ssize_t)size)) {
+                field_error(invalid, i, h, "key", "is not UTF-8");
+                goto fail;
+            }
+            CHECK_VARINT(size, record_end, 5, h, "value length");
+            CHECK_FIELD(size, h, "value");
+        }
+        if (pos != record_end) {
+            PyErr_Format(invalid, "record %zd: %zd bytes follow its last field", i,
+                         record_end - pos);
+            goto fail;
+        }
+    }
+    if (pos != end) {
+        PyErr_Format(invalid, "%zd bytes follow the last record", end - pos);
+        goto fail;
+    }
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+fail:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 /* -- encoding ------------------------------------------------------------------ */
 
 static Py_ssize_t
@@ -597,6 +810,7 @@ static PyMethodDef methods[] = {
     {"parse_records", parse_records, METH_VARARGS, parse_records_doc},
     {"append_record", append_record, METH_VARARGS, append_record_doc},
     {"append_values", append_values, METH_VARARGS, append_values_doc},
+    {"validate_records", validate_records, METH_VARARGS, validate_records_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -35,3 +35,11 @@ def append_values(
     limit: int,
     /,
 ) -> int: ...
+def validate_records(
+    data: bytes | bytearray | memoryview,
+    pos: int,
+    end: int,
+    count: int,
+    invalid: type[Exception],
+    /,
+) -> None: ...

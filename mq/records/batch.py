@@ -183,9 +183,10 @@ def validate_produced(
     batches or cleaner flags from clients, a known codec, a size limit, and
     sane timestamps (``-1`` or at least 0, ``maxTimestamp >= baseTimestamp``,
     within ``max_timestamp_skew_ms`` of ``now_ms`` when both are given).
-    Per-batch work only; records stay undecoded, so a batch whose CRC holds
-    over unparseable records is stored (Kafka decompresses to check them) and
-    fails at the consumer.
+    Per-batch work only: the records are checked next, by
+    :func:`mq.records.records.validate_produced_records` (a batch whose CRC
+    holds over unparseable records would otherwise be stored and fail at every
+    consumer).
     """
     headers = []
     pos = 0

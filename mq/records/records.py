@@ -21,7 +21,9 @@ varint holds an int32 in at most 5 bytes, a varlong an int64 in at most 10.
 :class:`BatchBuilder` is the client-side encoder (one record at a time, into
 one bytearray); :func:`build_batch` is a builder run over a list.
 :func:`decode_records` is the reader; it trusts nothing past the CRC check and
-raises :class:`CorruptRecordError` for any malformed record. The functions are
+raises :class:`CorruptRecordError` for any malformed record.
+:func:`validate_produced_records` is the broker's check before it stores a
+producer's batches: the same rules, no object per record. The functions are
 pure; a builder is owned by one task at a time. The per-record loops run in C
 (``mq/records/_speedups.c``) when it was built, else their Python versions in
 :mod:`mq.records.record_loops`.
@@ -33,7 +35,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, NamedTuple, TypeAlias
 
-from mq.errors import CorruptRecordError
+from mq.errors import CorruptRecordError, InvalidRecordError
 from mq.records import batch as fmt
 from mq.records import record_loops as loops
 from mq.records.compression import CODEC_NONE, CODEC_ZSTD, codec_name, compress, decompress
@@ -445,3 +447,47 @@ def _parse_records_c(
 
 parse_records = _parse_records_c if USE_C else _parse_records
 """The record parser :func:`decode_records` runs: C when built, else Python."""
+
+validate_records = _speedups.validate_records if USE_C else loops.validate_records
+"""The records check of :func:`validate_produced_records`: C when built, else Python."""
+
+
+def validate_produced_records(
+    data: bytes | bytearray | memoryview,
+    headers: Sequence[fmt.BatchHeader],
+    *,
+    max_decompressed: int,
+) -> None:
+    """Check the records of a producer's batches (``headers``, laid back to back in ``data``).
+
+    The broker's check before it stores anything, on top of the header checks
+    of :func:`mq.records.batch.validate_produced` (which ``headers`` passed):
+    :func:`validate_records` over each batch's records, decompressed first
+    (never past ``max_decompressed`` bytes) when the batch is compressed. One C
+    pass over the bytes of an uncompressed batch, no object per record.
+
+    Raises :class:`InvalidRecordError` (INVALID_RECORD, not retriable) naming
+    the batch, the record and the field: the CRC held, so the producer sent
+    these bytes and sending them again cannot succeed. Thread-safe (pure).
+    """
+    pos = 0
+    check = validate_records
+    for index, header in enumerate(headers):  # fields, not properties: the produce path
+        size = header.batch_length + fmt.LOG_OVERHEAD
+        try:
+            if header.attributes & fmt.CODEC_MASK == CODEC_NONE:
+                check(
+                    data, pos + fmt.RECORDS_AT, pos + size, header.records_count, InvalidRecordError
+                )
+            else:
+                records = decompress(
+                    header.codec,
+                    memoryview(data)[pos + fmt.RECORDS_AT : pos + size],
+                    max_decompressed,
+                )
+                check(records, 0, len(records), header.records_count, InvalidRecordError)
+        except (InvalidRecordError, CorruptRecordError) as exc:
+            raise InvalidRecordError(
+                f"batch {index} (byte {pos} of the request, {codec_name(header.codec)}): {exc}"
+            ) from None
+        pos += size

@@ -177,6 +177,9 @@ class ClusterView:
     partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
     partition_revisions: dict[tuple[str, int], int] = field(default_factory=dict)
     brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    broker_epochs: dict[int, int] = field(default_factory=dict)
+    """Each live broker's **broker epoch**: the revision that registered it (a new one
+    at every start, and after a lost session)."""
     controller: Controller | None = None
     revision: int = 0
 
@@ -211,8 +214,10 @@ class ClusterView:
             node = int(key[len(BROKERS) :])
             if put:
                 self.brokers[node] = BrokerInfo(*msgpack.unpackb(event.value))
+                self.broker_epochs[node] = event.revision  # registrations are never rewritten
             else:
                 self.brokers.pop(node, None)
+                self.broker_epochs.pop(node, None)
         elif key == CONTROLLER:
             self.controller = (
                 Controller(int(msgpack.unpackb(event.value)), event.revision) if put else None

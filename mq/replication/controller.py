@@ -11,7 +11,12 @@ the broker's lease) and campaigns for ``/controller``; the winner *leads*:
   topic allows it), with a new leader epoch; the dead broker also leaves the
   ISR of the partitions it followed;
 * when a broker registers, partitions left offline are elected again (a
-  returning ISR member can lead them);
+  returning ISR member can lead them). Each registration is a new **broker
+  epoch** (its revision): a partition whose leader registered after its state was
+  written (the leader restarted, or lost its session, before the controller saw it
+  go) gets a new leader epoch, from another live ISR member if there is one
+  (:func:`after_restart`); the broker itself leads nothing written before its
+  registration (:mod:`mq.broker.replicas`), so it is fenced until then;
 * it creates and deletes topics (placement over the live brokers) and changes
   their configs;
 * it reassigns partitions and elects preferred leaders on request
@@ -73,6 +78,8 @@ class ControllerSeat:
         self._lease = lease
         self.controller: Controller | None = None
         """Set while this broker is the controller."""
+        self.broker_epoch = 0
+        """The revision of this seat's registration, once registered (0 before)."""
         self.elected = asyncio.Event()
         """Set each time this broker becomes the controller (tests and status)."""
         self._task: asyncio.Task[None] | None = None
@@ -81,7 +88,7 @@ class ControllerSeat:
 
     async def start(self) -> None:
         """Register this broker, then campaign in the background."""
-        await membership.register(self._store, self.info, self._lease)
+        self.broker_epoch = await membership.register(self._store, self.info, self._lease)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"controller-seat-{self.info.node_id}"
         )
@@ -185,10 +192,21 @@ class ControllerSeat:
     async def _elect_all(self, controller: Controller) -> None:
         """Give every partition whose leader or ISR member is gone its new state."""
         live = frozenset(self._live)
-        for (topic, index), state in sorted(self._view.partitions.items()):
-            info = self._view.topics.get(topic)
+        view = self._view
+        for (topic, index), state in sorted(view.partitions.items()):
+            info = view.topics.get(topic)
             unclean = info is not None and info.configs.get(UNCLEAN_ELECTION) == "true"
             change = partial(after_change, live=live, unclean=unclean)
+            revision = view.partition_revisions.get((topic, index), 0)
+            if state.leader in live and revision < view.broker_epochs.get(state.leader, 0):
+                log.info(
+                    "controller: %s-%d: leader %d registered again since epoch %d",
+                    topic,
+                    index,
+                    state.leader,
+                    state.leader_epoch,
+                )
+                change = partial(after_restart, seen=state, live=live)
             if change(state) != state:
                 await self._write_partition(controller, topic, index, change)
 
@@ -313,6 +331,23 @@ def after_change(state: PartitionState, live: Set[int], *, unclean: bool) -> Par
         return wanted
     isr = tuple(r for r in wanted.isr if r in live)
     return wanted._replace(isr=isr)
+
+
+def after_restart(state: PartitionState, *, seen: PartitionState, live: Set[int]) -> PartitionState:
+    """A partition's state once its leader registered again after ``seen`` was written
+    (unchanged if it changed meanwhile): it must not go on in that leader epoch.
+
+    Another live ISR member leads, as if the leader had been seen to go (it rejoins
+    the ISR once caught up); with none, the leader leads again in a new epoch, with
+    the live ISR members.
+    """
+    if (state.leader, state.leader_epoch) != (seen.leader, seen.leader_epoch):
+        return state
+    moved = elect_leader(state, set(live) - {state.leader})
+    if moved.leader != NO_LEADER:
+        return moved
+    isr = tuple(r for r in state.isr if r in live) or (state.leader,)
+    return state._replace(leader_epoch=state.leader_epoch + 1, isr=isr)
 
 
 def _stopping() -> bool:

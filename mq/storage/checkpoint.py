@@ -15,6 +15,17 @@ delete-records request).
 
 A missing or unreadable file is not an error: recovery then re-checks every
 segment, which is slower but loses nothing.
+
+The **high-watermark checkpoint** (Kafka's replication-offset-checkpoint, one file
+per partition here), ``high-watermark.checkpoint``::
+
+    mq-hw-checkpoint 1
+    <high watermark>
+
+is written by the broker every few seconds and at a clean close, so that a restarted
+replica does not start at its log start (serving nothing until its followers' first
+fetches). It lags: a missing, damaged or stale file only means a lower starting high
+watermark, never a wrong one (the caller caps it at the log end).
 """
 
 from __future__ import annotations
@@ -26,6 +37,8 @@ from mq.storage.fileio import FileIO
 
 FILE_NAME = "recovery.checkpoint"
 _MAGIC = "mq-log-checkpoint 1"
+HW_FILE_NAME = "high-watermark.checkpoint"
+_HW_MAGIC = "mq-hw-checkpoint 1"
 
 
 class Checkpoint(NamedTuple):
@@ -61,3 +74,22 @@ def read_checkpoint(directory: Path, io: FileIO) -> Checkpoint | None:
 def write_checkpoint(directory: Path, io: FileIO, checkpoint: Checkpoint) -> None:
     """Replace the checkpoint durably (blocking: write, fsync, rename, fsync the directory)."""
     io.write_file_atomic(directory / FILE_NAME, checkpoint.encode())
+
+
+def read_high_watermark(directory: Path) -> int | None:
+    """The checkpointed high watermark in ``directory``, or None (missing or damaged)."""
+    try:
+        lines = (directory / HW_FILE_NAME).read_bytes()[:4096].decode("ascii", "replace")
+    except OSError:
+        return None
+    parts = lines.split("\n")
+    if len(parts) < 2 or parts[0] != _HW_MAGIC or not parts[1].isdigit():
+        return None
+    return int(parts[1])
+
+
+def write_high_watermark(directory: Path, io: FileIO, high_watermark: int) -> None:
+    """Replace the high-watermark checkpoint (blocking; not synced: a stale or lost file
+    only lowers the next start's high watermark)."""
+    data = f"{_HW_MAGIC}\n{high_watermark}\n".encode()
+    io.write_file_atomic(directory / HW_FILE_NAME, data, durable=False)

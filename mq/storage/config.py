@@ -42,6 +42,12 @@ MAX_SEGMENT_BYTES = 2 * GiB - 1
 MIN_SEGMENT_BYTES = 64 * KiB
 """Smaller segments only multiply files; nothing useful fits in less."""
 DAY_MS = 24 * 3600 * 1000
+MAX_DECOMPRESSION_FACTOR = 64
+"""Default ``max.decompression.factor``: a compressed batch's records may inflate to
+this many times ``max.message.bytes`` at produce (64 MiB for the default 1 MiB, which
+is also what a consumer accepts by default, ``DEFAULT_MAX_DECOMPRESSED``). Real record
+data compresses 2-10x, highly repetitive data more; past this a batch is a
+decompression bomb, refused before more memory is spent on it."""
 UNLIMITED_AS_MINUS_ONE = frozenset({"retention_ms", "retention_bytes"})
 """Settings where, as in Kafka, ``-1`` means no limit (held as None; described as -1)."""
 
@@ -79,6 +85,8 @@ class LogConfig:
     """With ``flush=interval``: the longest time between an append and its sync."""
     max_message_bytes: int = 1 * MiB + 12
     """Largest batch a producer may append (Kafka's ``max.message.bytes``)."""
+    max_decompression_factor: int = MAX_DECOMPRESSION_FACTOR
+    """A produced compressed batch may decompress to at most ``max.message.bytes`` times this."""
     cleanup_policy: str = "delete"
     """``delete``, ``compact`` or ``compact,delete`` (see the module docstring)."""
     min_cleanable_dirty_ratio: float = 0.5
@@ -96,7 +104,13 @@ class LogConfig:
             )
         if self.max_message_bytes > self.segment_bytes:
             raise InvalidConfigError("max.message.bytes cannot exceed segment.bytes")
-        for name in ("segment_ms", "flush_ms", "index_interval_bytes", "max_message_bytes"):
+        for name in (
+            "segment_ms",
+            "flush_ms",
+            "index_interval_bytes",
+            "max_message_bytes",
+            "max_decompression_factor",
+        ):
             if getattr(self, name) <= 0:
                 raise InvalidConfigError(f"{name.replace('_', '.')} must be positive")
         if self.retention_ms is not None and self.retention_ms <= 0:
@@ -114,6 +128,11 @@ class LogConfig:
             raise InvalidConfigError(
                 "min.compaction.lag.ms and delete.retention.ms must not be negative"
             )
+
+    @property
+    def max_decompressed_bytes(self) -> int:
+        """The most a produced batch's records may decompress to (a decompression bomb's cap)."""
+        return self.max_message_bytes * self.max_decompression_factor
 
     @property
     def compact(self) -> bool:

@@ -38,7 +38,7 @@ from mq.errors import (
     StorageError,
 )
 from mq.records.batch import NO_PRODUCER_ID, BatchHeader, iter_batches, validate_produced
-from mq.records.records import decode_records
+from mq.records.records import decode_records, validate_produced_records
 from mq.storage import cleaner, compaction, producers, retention
 from mq.storage.chain import SegmentChain
 from mq.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
@@ -170,12 +170,17 @@ class Log:
     def append(self, data: bytes | bytearray | memoryview, *, leader_epoch: int = 0) -> AppendInfo:
         """Append a producer's batches, assigning offsets from the log end.
 
-        Checks each batch (CRC, structure, size, timestamps) without decoding its
-        records, copies them into the active segment and rewrites their
-        baseOffset and leader epoch there. Not durable until a flush.
+        Checks each batch (CRC, structure, size, timestamps) and its records
+        (:func:`~mq.records.records.validate_produced_records`: lengths, varints,
+        offset deltas, headers, a bounded decompression), copies them into the
+        active segment and rewrites their baseOffset and leader epoch there.
+        Not durable until a flush.
         """
         self.check_online()
         headers = validate_produced(data, max_batch_bytes=self.config.max_message_bytes)
+        validate_produced_records(
+            data, headers, max_decompressed=self.config.max_decompressed_bytes
+        )
         if self.config.compact:
             compaction.require_keys(data, headers)
         idempotent = any(h.producer_id != NO_PRODUCER_ID for h in headers)
@@ -199,7 +204,13 @@ class Log:
         )
 
     def append_replicated(self, data: bytes | bytearray | memoryview) -> AppendInfo:
-        """Append a leader's batches as they are (a follower keeps the leader's offsets)."""
+        """Append a leader's batches as they are (a follower keeps the leader's offsets).
+
+        The CRC of each batch is checked, its records are not: the leader checked
+        them at produce, the CRC shows they arrived as the leader has them, and a
+        follower that refused what its leader holds (say, a batch an older leader
+        stored) would stop replicating instead of staying a copy.
+        """
         self.check_online()
         headers = list(iter_batches(data))
         if not headers:

@@ -31,6 +31,7 @@ from mq.errors import InvalidReceiptError
 from mq.queues.headers import DEDUP_ID, DELAY_MS
 from mq.queues.share_partition import (
     MAX_IN_FLIGHT,
+    SETTLED_MEMORY,
     Acquired,
     Attributes,
     DeadLetter,
@@ -84,9 +85,10 @@ def wanted_by(tags: Mapping[str, bytes], wanted: Wanted) -> bool:
 
 Spec = tuple[bytes | None, bytes | None, bytes | None, str | None, bytes | None]
 LEASES = st.sampled_from([10, 10, 20, 50, 200])
-MODES = st.sampled_from([*["valid"] * 5, "wrong", "issued", "any"])
+MODES = st.sampled_from([*["valid"] * 5, "wrong", "issued", "settled", "any"])
 """How a receipt is picked: a lease held now, one with a wrong count, any receipt handed
-out so far (often stale), or any offset and count."""
+out so far (often stale), one that settled its record already (a client's repeat), or any
+offset and count."""
 record_specs = st.lists(
     st.tuples(
         st.sampled_from([None, b"a", b"bb"]),  # key
@@ -106,6 +108,7 @@ class ShareMachine(RuleBasedStateMachine):
         dead_letter=st.booleans(),
         max_deliveries=st.integers(2, 3),
         max_in_flight=st.sampled_from([2, 3, MAX_IN_FLIGHT]),
+        settled_memory=st.sampled_from([2, SETTLED_MEMORY]),
         delay_ms=st.sampled_from([0, 0, 0, 30]),
         start=st.sampled_from([0, 5]),
         specs=record_specs,
@@ -116,6 +119,7 @@ class ShareMachine(RuleBasedStateMachine):
         dead_letter: bool,
         max_deliveries: int,
         max_in_flight: int,
+        settled_memory: int,
         delay_ms: int,
         start: int,
         specs: list[Spec],
@@ -127,6 +131,7 @@ class ShareMachine(RuleBasedStateMachine):
             dead_letter=dead_letter,
             max_in_flight=max_in_flight,
             dedup_window_ms=DEDUP_MS,
+            settled_memory=settled_memory,
         )
         self.sp = SharePartition(self.config, start)
         self.now = T0
@@ -137,6 +142,8 @@ class ShareMachine(RuleBasedStateMachine):
         self.acked = self.dead_lettered = self.deduplicated = 0
         self.deliveries: dict[int, list[int]] = {}
         """Offset → the delivery count of every receipt handed out for it."""
+        self.settled: dict[tuple[int, int], str] = {}
+        """(offset, count) → how that receipt settled it (the last ``settled_memory``)."""
         self.first_delivered: dict[bytes | None, int] = {}
         self.add(specs, 0, 0)  # (rules may be switched off: start with something to do)
 
@@ -268,6 +275,9 @@ class ShareMachine(RuleBasedStateMachine):
             return r.offset, r.count + (1 if pick % 2 else -1)
         if mode == "issued" and issued:  # often stale: redelivered, acked, expired...
             return issued[pick % len(issued)]
+        settled = list(self.settled)
+        if mode == "settled" and settled:
+            return settled[pick % len(settled)]
         return pick % (self.end + 2), pick % 4
 
     def settle_with(self, action: str, offset: int, count: int, arg: int) -> int | None:
@@ -302,12 +312,21 @@ class ShareMachine(RuleBasedStateMachine):
     def settle(self, action: str, mode: str, pick: int, arg: int) -> None:
         """ack / release(delay) / reject / extend(visibility), with a valid or stale receipt."""
         offset, count = self.receipt(mode, pick)
+        how = "release" if action == "extend" and arg <= 0 else action
         r = self.held(offset, count)
         if r is None:
+            if self.settled.get((offset, count)) == how:  # a repeat succeeds, changes nothing
+                result = self.settle_with(action, offset, count, arg)
+                assert result == (self.now if action == "extend" else None)
+                return
             with pytest.raises(InvalidReceiptError):
                 self.settle_with(action, offset, count, arg)
             return
         result = self.settle_with(action, offset, count, arg)
+        if how != "extend":
+            self.settled[(offset, count)] = how
+            while len(self.settled) > self.config.settled_memory:
+                del self.settled[next(iter(self.settled))]
         if action == "ack":
             r.state = State.ACKED
             self.acked += 1

@@ -242,3 +242,37 @@ def test_a_receipt_naming_no_delivery_is_told_from_an_ended_lease() -> None:
     assert sp.acquire(T0, 1, 100) == [Acquired(1, 1, T0 + 100)]
     assert sp.expire(T0 + 100) == 1
     assert not sp.never_delivered(1, 1)  # a lease that ended
+
+
+def test_a_repeated_settle_of_the_same_receipt_succeeds_and_changes_nothing() -> None:
+    sp = filled(3)
+    sp.acquire(T0, 3, 100)
+    sp.ack(0, 1, T0)
+    sp.release(1, 1, T0, delay_ms=50)
+    sp.reject(2, 1, T0)
+    version = sp.version
+    sp.ack(0, 1, T0 + 1)  # a client's retry after a lost answer
+    sp.release(1, 1, T0 + 1)
+    sp.extend(1, 1, T0 + 1, 0)  # extend(0) is a release
+    sp.reject(2, 1, T0 + 1)
+    assert (sp.version, sp.acked, sp.state_of(1)) == (version, 1, (State.AVAILABLE, 1))
+    with pytest.raises(InvalidReceiptError):
+        sp.reject(0, 1, T0)  # settled, but another way
+    with pytest.raises(InvalidReceiptError):
+        sp.ack(1, 1, T0)  # released: its receipt no longer acks
+    with pytest.raises(InvalidReceiptError):
+        sp.ack(0, 2, T0)  # never delivered with that count
+
+
+def test_a_repeated_ack_succeeds_after_a_restart_and_the_memory_is_bounded() -> None:
+    sp = filled(4, settled_memory=2)
+    sp.acquire(T0, 4, 100)
+    for offset in range(3):
+        sp.ack(offset, 1, T0)
+    restored = SharePartition.restore(sp.config, json.loads(json.dumps(sp.snapshot())))
+    restored.add([meta(i) for i in range(restored.start, 4)], 4, T0)
+    restored.ack(2, 1, T0)
+    restored.ack(1, 1, T0)
+    with pytest.raises(InvalidReceiptError):
+        restored.ack(0, 1, T0)  # forgotten: only the last two are remembered
+    assert restored.acked == 3
