@@ -41,11 +41,17 @@ def consume(
     fmt: str,
     bootstrap: str,
 ) -> None:
-    """Print messages of TOPIC until --max-messages, --timeout or Ctrl-C."""
+    """Print messages of TOPIC until --max-messages, --timeout or Ctrl-C.
+
+    Exits non-zero with the error when a partition cannot be read (corrupt data
+    included), and when --timeout ends the wait while a partition is still
+    below its high watermark: that is a stall, not the end of the data.
+    """
     out = sys.stdout.buffer
+    count = 0
 
     async def main() -> int:
-        count = 0
+        nonlocal count
         reset: Literal["earliest", "latest"] = "earliest" if from_beginning else "latest"
         async with mq.Consumer(
             topic, bootstrap=bootstrap, group_id=group, auto_offset_reset=reset
@@ -62,13 +68,32 @@ def consume(
                 if records:
                     idle_since = time.monotonic()
                 elif timeout is not None and time.monotonic() - idle_since >= timeout:
+                    await _check_not_stalled(consumer, timeout)
                     break
             if group is not None:
                 await consumer.commit()
         return count
 
-    count = run(main)
+    try:
+        run(main)
+    except click.ClickException:
+        if count:  # what was printed before the error
+            click.echo(f"{count} messages", err=True)
+        raise
     click.echo(f"{count} messages", err=True)
+
+
+async def _check_not_stalled(consumer: mq.Consumer, idle_s: float) -> None:
+    """Raise if a partition got nothing for ``idle_s`` although data lies ahead of it."""
+    behind = []
+    for tp in sorted(consumer.assignment()):
+        position, high = await consumer.position(tp), consumer.highwater(tp)
+        if 0 <= position < high:
+            behind.append(f"{tp} at offset {position} (high watermark {high})")
+    if behind:
+        raise click.ClickException(
+            f"no message for {idle_s:g} s although there is more to read: " + ", ".join(behind)
+        )
 
 
 def _text(data: bytes | None) -> str | None:

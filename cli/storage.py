@@ -1,8 +1,10 @@
-"""``mq storage``: offline admin tools for log files, ``dump`` and ``verify``.
+"""``mq storage``: offline admin tools for log files, ``dump``, ``verify`` and ``repair``.
 
 Both commands only read files, so they are safe on a running broker's data
 dir too (an active segment may then end mid-batch). The reading and checking
 live in :mod:`mq.storage.verify`; this module parses arguments and formats.
+``repair`` rewrites files (:mod:`mq.storage.scrub`'s ``cut`` and ``skip``) and
+refuses to run while a broker holds the data dir.
 Exit codes: 0 when all is well, 1 when ``verify`` finds a bad batch or a file
 cannot be read, 2 for usage errors such as a missing path.
 """
@@ -10,8 +12,10 @@ cannot be read, 2 for usage errors such as a missing path.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import logging
+import os
 from collections.abc import Iterable
 from contextlib import closing
 from dataclasses import asdict
@@ -22,7 +26,16 @@ from typing import Any
 import click
 
 from mq.records.batch import NO_TIMESTAMP
-from mq.storage.verify import BadBatch, BatchInfo, Damage, DumpEntry, dump_segment, verify
+from mq.storage import scrub
+from mq.storage.verify import (
+    BadBatch,
+    BatchInfo,
+    Damage,
+    DumpEntry,
+    dump_segment,
+    partition_segments,
+    verify,
+)
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +120,79 @@ def verify_command(path: Path) -> None:
     failed = _count(len(report.errors), "bad batch", "bad batches")
     click.echo(f"FAILED: {failed} (the first of each damaged partition); {summary}")
     click.get_current_context().exit(1)
+
+
+MAX_REPAIR_STEPS = 10_000
+"""Skips in one partition at most (each drops one damaged batch or a segment's rest):
+more damage than that is not bit rot, and the operator should look first."""
+
+
+@storage.command("repair")
+@click.argument("path", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--cut", "mode", flag_value="cut", help="Truncate the log at its first damage.")
+@click.option(
+    "--skip",
+    "mode",
+    flag_value="skip",
+    help="Drop only the damaged batches; every other offset stays where it is.",
+)
+def repair_command(path: Path, mode: str | None) -> None:
+    """Repair damaged logs under PATH (a partition dir or a data dir) with no healthy copy.
+
+    For a partition that no in-sync replica can repair (one replica, or every
+    copy damaged): --cut truncates the log at the first damaged batch
+    (everything after it goes, as recovery would); --skip drops only the
+    damaged batches and keeps every other offset (consumers skip the gap, as
+    after compaction). The broker must be stopped. Exits 0 after repairing (or
+    finding nothing to repair), 1 on an error.
+    """
+    if mode is None:
+        raise click.UsageError("say how: --cut or --skip")
+    _require_stopped(path)
+    partitions = [path] if partition_segments(path) else _partition_dirs(path)
+    if not partitions:
+        raise click.ClickException(f"no segment files (<20-digit offset>.log) under {path}")
+    try:
+        for directory in partitions:
+            _repair_partition(directory, mode)
+    except OSError as exc:
+        raise click.ClickException(f"{exc.filename or path}: {exc.strerror or exc}") from exc
+
+
+def _repair_partition(directory: Path, mode: str) -> None:
+    for _ in range(MAX_REPAIR_STEPS):
+        found = scrub.scrub_partition(directory)
+        if not found:
+            return
+        damage = found[0]
+        click.echo(f"DAMAGED: {damage}")
+        if mode == "cut":
+            end = scrub.cut(directory, damage)
+            click.echo(f"CUT: {directory.name} now ends at offset {end}")
+        else:
+            first, end = scrub.skip(directory, damage)
+            click.echo(f"SKIPPED: {directory.name} offsets {first}-{end - 1}")
+    raise click.ClickException(f"{directory}: more than {MAX_REPAIR_STEPS} damaged batches")
+
+
+def _partition_dirs(path: Path) -> list[Path]:
+    return sorted(d for d in path.iterdir() if d.is_dir() and partition_segments(d))
+
+
+def _require_stopped(path: Path) -> None:
+    """Refuse to touch a data dir that a running broker holds (its ``.lock``)."""
+    for lock in (path / ".lock", path.parent / ".lock"):
+        if not lock.exists():
+            continue
+        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise click.ClickException(
+                f"a broker is running on {lock.parent}: stop it first"
+            ) from None
+        finally:
+            os.close(fd)
 
 
 def _describe(bad: BadBatch) -> str:

@@ -71,6 +71,20 @@ class CorruptRecordError(MQError):
     default_message = "a record batch failed its CRC or structural check"
 
 
+class CorruptDataError(CorruptRecordError):
+    """A stored batch is damaged and no in-sync replica holds a healthy copy of it.
+
+    Not retriable, unlike its parent: reading the same offsets again cannot
+    succeed until an operator runs ``mq storage repair --cut`` or ``--skip``
+    (the message names the offsets). mq's own code, outside Kafka's range.
+    """
+
+    code = 130
+    name = "CORRUPT_DATA"
+    retriable = False
+    default_message = "a stored batch is damaged and no in-sync replica has a healthy copy"
+
+
 class UnknownTopicOrPartitionError(MQError):
     code = 3
     name = "UNKNOWN_TOPIC_OR_PARTITION"

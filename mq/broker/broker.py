@@ -37,6 +37,7 @@ from mq.broker.partition import Partition
 from mq.broker.peers import Peers
 from mq.broker.producer_ids import ProducerIdAllocator
 from mq.broker.replicas import ReplicaManager
+from mq.broker.scrubber import Scrubber
 from mq.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -97,6 +98,7 @@ class Broker:
         self.seat: ControllerSeat | None = None
         self.replicas = ReplicaManager(self)
         self.isr = IsrManager(self)
+        self.scrubber = Scrubber(self)
         self.peers = Peers(self)
         self.catchup_bucket = TokenBucket(config.replication_catchup_bytes_per_s, time.monotonic())
         self.cleaner = LogCleaner(self.partitions, config.cleaner_backoff_ms)
@@ -143,6 +145,7 @@ class Broker:
         self._tasks.append(loop.create_task(self._checkpoint_loop(), name="hw-checkpoint"))
         self._tasks.append(loop.create_task(self._supervise_lease(), name="lease"))
         self.isr.start()
+        self.scrubber.start()
         if self.config.metadata is None:
             await self._adopt_local()
         log.info("broker %d joined: %d topics", self.node_id, len(self.view.topics))
@@ -209,6 +212,7 @@ class Broker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         await self.isr.stop()
+        await self.scrubber.stop()
         await self.replicas.stop()
         await self.peers.close()
         await self.cleaner.stop()

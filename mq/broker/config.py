@@ -73,6 +73,15 @@ class BrokerConfig:
     replication_catchup_bytes_per_s: int = 64 * MiB
     """Bulkhead: the rate at which a leader serves followers outside the ISR (catching up),
     so that a returning replica does not starve producers and consumers."""
+    scrub_bytes_per_sec: int = 16 * MiB
+    """Rate at which the scrubber re-reads sealed segments to find bit rot
+    (:mod:`mq.broker.scrubber`); 0 turns it off. 16 MiB/s is a few per cent of one
+    disk's sequential bandwidth and of one core's CRC-32C speed, so the scrub never
+    competes with produce and fetch, and still goes over 50 GiB in under an hour."""
+    scrub_interval_ms: int = 3_600_000
+    """Pause between two scrub passes over every sealed segment (a pass itself takes
+    the data's size over :attr:`scrub_bytes_per_sec`). A read that meets a damaged
+    batch has its partition scrubbed at once, whatever this says."""
     malloc_trim_bytes: int = 512 * MiB
     """Freed memory glibc keeps for reuse instead of handing it back to the kernel
     (:func:`mq.allocator.keep_freed_memory`); 0 leaves malloc's defaults alone."""
@@ -83,6 +92,10 @@ class BrokerConfig:
             raise InvalidConfigError(f"port must be 0..65535, got {self.port}")
         if self.max_inflight_requests < 1 or self.default_partitions < 1:
             raise InvalidConfigError("max_inflight_requests and default_partitions must be >= 1")
+        if self.scrub_bytes_per_sec < 0:
+            raise InvalidConfigError(
+                f"scrub_bytes_per_sec must be >= 0 (0: off), got {self.scrub_bytes_per_sec}"
+            )
         if self.malloc_trim_bytes < 0:
             raise InvalidConfigError(
                 f"malloc_trim_bytes must be >= 0, got {self.malloc_trim_bytes}"
@@ -98,6 +111,7 @@ class BrokerConfig:
             "replica_lag_time_max_ms",
             "replica_fetch_max_bytes",
             "replication_catchup_bytes_per_s",
+            "scrub_interval_ms",
             "high_watermark_checkpoint_ms",
             "share_state_load_wait_ms",
         )

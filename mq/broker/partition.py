@@ -31,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mq.errors import (
+    CorruptDataError,
+    CorruptRecordError,
     FencedLeaderEpochError,
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
@@ -44,6 +46,7 @@ from mq.storage.checkpoint import read_high_watermark, write_high_watermark
 from mq.storage.config import LogConfig
 from mq.storage.fileio import FileIO
 from mq.storage.log import AppendInfo, Log
+from mq.storage.scrub import SegmentDamage
 from mq.storage.segment import Slice
 from mq.storage.writer import LogWriter
 
@@ -87,6 +90,15 @@ class Partition:
         self.checkpointed_high_watermark = self.high_watermark
         """The high watermark last written to the checkpoint (or read from it)."""
         self.tracker: ReplicaTracker | None = None
+        self.damage: SegmentDamage | None = None
+        """Damage the scrubber found in this replica's log, until it is repaired."""
+        self.unrepairable = False
+        """Whether no in-sync replica had a healthy copy of :attr:`damage`: reads of it
+        fail with CORRUPT_DATA (not retriable) until an operator repairs the log."""
+        self.repairing = False
+        """While set, no replica fetcher takes this partition (its repair truncates it)."""
+        self.on_corrupt: Callable[[Partition, int, CorruptRecordError], None] | None = None
+        """Told when a read meets a damaged batch (the broker's scrubber)."""
         self._waiters: set[asyncio.Future[None]] = set()
         self._acks: list[tuple[int, int, asyncio.Future[AppendInfo], AppendInfo]] = []
         """acks=all appends waiting for the high watermark: (last offset, seq, future, info)."""
@@ -303,11 +315,38 @@ class Partition:
 
     def read(self, offset: int, max_bytes: int) -> Slice | None:
         """What a consumer may see: whole batches below the high watermark."""
-        return self.log.read(offset, max_bytes, self.high_watermark)
+        try:
+            return self.log.read(offset, max_bytes, self.high_watermark)
+        except CorruptRecordError as exc:
+            raise self._corrupt(offset, exc) from exc
 
     def read_for_follower(self, offset: int, max_bytes: int) -> Slice | None:
         """What a follower may copy: whole acknowledged batches (up to the local log end)."""
-        return self.log.read(offset, max_bytes, self.local_end)
+        try:
+            return self.log.read(offset, max_bytes, self.local_end)
+        except CorruptRecordError as exc:
+            raise self._corrupt(offset, exc) from exc
+
+    def _corrupt(self, offset: int, exc: CorruptRecordError) -> CorruptRecordError:
+        """The error for a read that met a damaged batch (reported to :attr:`on_corrupt`).
+
+        CORRUPT_DATA (not retriable, naming the offsets) when no in-sync replica
+        has a healthy copy; else CORRUPT_MESSAGE (retriable): leadership moves
+        to a healthy replica.
+        """
+        if self.on_corrupt is not None:
+            self.on_corrupt(self, offset, exc)
+        damage = self.damage
+        if damage is not None and self.unrepairable:
+            return CorruptDataError(
+                f"{self.name}: offsets {damage.offsets()} are damaged on broker {self.node_id} "
+                f"and no in-sync replica has a healthy copy ({exc}); an operator can cut or "
+                "skip them with `mq storage repair`"
+            )
+        return CorruptRecordError(
+            f"{self.name} at offset {offset} on broker {self.node_id}: {exc} "
+            "(reported; a healthy replica takes over)"
+        )
 
     # -- the follower's data path ---------------------------------------------------------
 

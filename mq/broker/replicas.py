@@ -135,7 +135,7 @@ class ReplicaManager:
             if node != leader or partition.role is not Role.FOLLOWER:
                 existing.remove(*key)
         self._roles_changed(partition)
-        if partition.role is Role.FOLLOWER:
+        if partition.role is Role.FOLLOWER and not partition.repairing:
             fetcher = self.fetchers.get(leader)
             if fetcher is None:
                 config = self._broker.config
@@ -166,7 +166,9 @@ class ReplicaManager:
             )
         except (MQError, OSError) as exc:
             log.error("%s-%d stays offline here: %s", topic.name, index, exc)
+            broker.scrubber.open_failed(topic.name, index)
             return None
+        partition.on_corrupt = broker.scrubber.report_read
         partition.start()
         broker.partitions[(topic.name, index)] = partition
         self._configs[topic.name] = dict(topic.configs)

@@ -34,7 +34,7 @@ from typing import Literal
 
 from mq.client.client import Client
 from mq.client.fetch_buffer import PartitionState, RawRecords
-from mq.client.fetcher import Fetcher
+from mq.client.fetcher import CORRUPT_RETRY_S, Fetcher
 from mq.client.group import GroupMember, require_group
 from mq.client.listener import ConsumerRebalanceListener
 from mq.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
@@ -78,6 +78,7 @@ class Consumer:
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
         allow_auto_topic_creation: bool = False,
+        corrupt_retry_timeout_ms: int = int(CORRUPT_RETRY_S * 1000),
     ) -> None:
         if isolation_level not in ("read_uncommitted", "read_committed"):
             raise ValueError("isolation_level is 'read_uncommitted' or 'read_committed'")
@@ -106,6 +107,7 @@ class Consumer:
             isolation_level=1 if isolation_level == "read_committed" else 0,
             request_timeout_s=request_timeout_ms / 1000,
             retry_backoff_s=retry_backoff_ms / 1000,
+            corrupt_retry_s=corrupt_retry_timeout_ms / 1000,
         )
         self._group: GroupMember | None = None
         if group_id is not None:

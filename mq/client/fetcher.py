@@ -33,7 +33,7 @@ from mq.client.client import Client
 from mq.client.fetch_buffer import PartitionState, RawRecords
 from mq.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
 from mq.client.types import ConsumerRecord, TopicPartition
-from mq.errors import MQError, OffsetOutOfRangeError, error_for_code
+from mq.errors import CorruptRecordError, MQError, OffsetOutOfRangeError, error_for_code
 from mq.wire.apis_data import FETCH, FetchResponse
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,17 @@ MAX_FETCHES_PER_BROKER: Final = 4
 """Fetch requests in flight per broker, each for different partitions: a
 partition that was consumed is fetched again without waiting for the long
 polls of the others."""
+
+CORRUPT_RETRY_S: Final = 30.0
+"""How long a retriable CORRUPT_MESSAGE at one offset is retried before the
+application gets it. A broker whose copy is damaged hands leadership to a
+healthy in-sync replica within seconds (its read reports the damage, its
+scrubber confirms it, the metadata refresh follows); one that has no healthy
+copy answers CORRUPT_DATA, which is raised at once. Past this, retrying will
+not help, and a consumer must not wait on silently."""
+CORRUPT_RETRY_MAX: Final = 300
+"""At most this many attempts at one damaged offset (at the default 0.1 s backoff,
+about as long as :data:`CORRUPT_RETRY_S`): the bound that holds if the clock does not."""
 
 
 class Fetcher:
@@ -59,6 +70,7 @@ class Fetcher:
         isolation_level: int = 0,
         request_timeout_s: float = 30.0,
         retry_backoff_s: float = 0.1,
+        corrupt_retry_s: float = CORRUPT_RETRY_S,
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError("auto_offset_reset is 'earliest', 'latest' or 'none'")
@@ -71,6 +83,9 @@ class Fetcher:
         self.isolation_level = isolation_level
         self._timeout_s = request_timeout_s + fetch_max_wait_s
         self._backoff_s = retry_backoff_s
+        self._corrupt_retry_s = corrupt_retry_s
+        self._corrupt: dict[TopicPartition, tuple[int | None, float, int]] = {}
+        """Partitions answering a retriable CORRUPT_MESSAGE: (offset, since, attempts)."""
         self.states: dict[TopicPartition, PartitionState] = {}
         self.held: set[TopicPartition] = set()
         """Assigned partitions neither fetched nor handed out for now (see the module docstring)."""
@@ -103,6 +118,7 @@ class Fetcher:
         for tp in tps:
             self.states.pop(tp, None)
             self.held.discard(tp)
+            self._corrupt.pop(tp, None)
 
     def hold(self, tps: Iterable[TopicPartition]) -> None:
         """Stop fetching and handing out these partitions until :meth:`release` or removal."""
@@ -279,6 +295,7 @@ class Fetcher:
                     got_data = got_data or state.error is not None
                     continue
                 state.high_watermark = part["high_watermark"]
+                self._corrupt.pop(tp, None)
                 raw = bytes(part["records"])  # decoded from msgpack: already bytes, not copied
                 if raw and state.append(raw):
                     got_data = True
@@ -292,6 +309,22 @@ class Fetcher:
             else:
                 log.info("%s: offset %s out of range, resetting", tp, state.fetch_offset)
                 state.seek(None, self.auto_offset_reset)
+        elif isinstance(error, CorruptRecordError) and error.retriable:
+            self._client.note_error(error)  # the leader may move to a healthy replica
+            self._backoff_until = time.monotonic() + self._backoff_s
+            now = time.monotonic()
+            offset, since, attempts = self._corrupt.get(tp, (None, now, 0))
+            if offset != state.fetch_offset:
+                since, attempts = now, 0
+            attempts += 1
+            self._corrupt[tp] = (state.fetch_offset, since, attempts)
+            if now - since >= self._corrupt_retry_s or attempts >= CORRUPT_RETRY_MAX:
+                del self._corrupt[tp]
+                log.error("%s: giving up on corrupt data at offset %s", tp, state.fetch_offset)
+                state.error = CorruptRecordError(
+                    f"{tp} at offset {state.fetch_offset}: still corrupt after {attempts} "
+                    f"attempts over {now - since:.1f} s: {error.message}"
+                )
         elif error.retriable:
             self._client.note_error(error)
             self._backoff_until = time.monotonic() + self._backoff_s

@@ -270,6 +270,20 @@ async def alter_isr(
     return None if written is None else (wanted, written)
 
 
+async def replace_partition_state(
+    store: MetadataStore, topic: str, index: int, state: PartitionState, revision: int
+) -> int | None:
+    """A replica changes its own partition's state (a damaged replica leaving the ISR,
+    handing leadership on if it leads): the new revision, None if the state moved.
+
+    Not fenced by a controller epoch, like :func:`alter_isr`: the caller read
+    the state at ``revision`` and the write compares it, so a concurrent
+    election wins.
+    """
+    key = partition_key(topic, index)
+    return await store.commit([Compare(key, revision)], [Put(key, _pack_state(state))])
+
+
 def partition_at(key: str) -> tuple[str, int] | None:
     """The (topic, index) whose state lives at ``key``; None for any other key."""
     return _partition_of(key) if key.startswith(PARTITIONS) else None

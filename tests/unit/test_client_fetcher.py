@@ -8,9 +8,9 @@ import pytest
 
 from mq.client.client import Client
 from mq.client.fetch_buffer import walk as _walk
-from mq.client.fetcher import Fetcher
+from mq.client.fetcher import CORRUPT_RETRY_MAX, Fetcher
 from mq.client.types import TopicPartition
-from mq.errors import CorruptRecordError, OffsetOutOfRangeError
+from mq.errors import CorruptDataError, CorruptRecordError, OffsetOutOfRangeError
 from mq.records.batch import CONTROL_BIT, parse_header, set_base_offset, write_header
 from mq.records.records import build_batch
 
@@ -217,3 +217,43 @@ def test_paused_and_held_partitions_hand_out_nothing_and_wake_no_one() -> None:
     fetcher.hold([TP])
     fetcher.remove([TP])
     assert fetcher.held == set()
+
+
+# -- corrupt data: never waited on silently -------------------------------------------------
+
+
+def test_a_retriable_corrupt_message_is_raised_after_a_bounded_number_of_attempts() -> None:
+    fetcher = Fetcher(Client("127.0.0.1:1"), auto_offset_reset="earliest")
+    fetcher.add(TP, 5)
+    for _ in range(CORRUPT_RETRY_MAX - 1):
+        feed(fetcher, b"", error=CorruptRecordError.code)
+        assert fetcher.states[TP].error is None  # retried: the leader may move
+    feed(fetcher, b"", error=CorruptRecordError.code)
+    with pytest.raises(CorruptRecordError, match="at offset 5: still corrupt after"):
+        fetcher.take(None, 10)
+
+
+def test_a_retriable_corrupt_message_is_raised_after_a_bounded_time() -> None:
+    fetcher = Fetcher(Client("127.0.0.1:1"), auto_offset_reset="earliest", corrupt_retry_s=0.0)
+    fetcher.add(TP, 5)
+    feed(fetcher, b"", error=CorruptRecordError.code)
+    with pytest.raises(CorruptRecordError, match="still corrupt after 1 attempts"):
+        fetcher.take(None, 10)
+
+
+def test_data_between_corrupt_answers_starts_the_count_again() -> None:
+    fetcher = Fetcher(Client("127.0.0.1:1"), auto_offset_reset="earliest")
+    fetcher.add(TP, 0)
+    for _ in range(CORRUPT_RETRY_MAX - 1):
+        feed(fetcher, b"", error=CorruptRecordError.code)
+    feed(fetcher, batch(0, 2))  # the leader moved to a healthy replica
+    for _ in range(CORRUPT_RETRY_MAX - 1):
+        feed(fetcher, b"", error=CorruptRecordError.code)
+    assert values(fetcher) == [0, 1]
+
+
+def test_corrupt_data_with_no_healthy_copy_is_raised_at_once() -> None:
+    fetcher = fetcher_at(5)
+    feed(fetcher, b"", error=CorruptDataError.code)
+    with pytest.raises(CorruptDataError):
+        fetcher.take(None, 10)
