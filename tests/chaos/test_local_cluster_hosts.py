@@ -3,7 +3,9 @@ that address (so that a fault on one address hits one broker), and keeps it on r
 
 from __future__ import annotations
 
+import asyncio
 import socket
+import time
 from pathlib import Path
 
 from mq import Admin
@@ -14,10 +16,20 @@ HOSTS = ("127.0.6.4", "127.0.6.5", "127.0.6.6")
 ETCD_HOST = "127.0.6.8"
 
 
-async def _advertised(bootstrap: str) -> dict[int, tuple[str, int]]:
+REGISTER_TIMEOUT_S = 20.0
+"""A broker listens before its registration in etcd is visible to the others."""
+
+
+async def _advertised(bootstrap: str, brokers: int = 3) -> dict[int, tuple[str, int]]:
+    """The advertised addresses, once ``brokers`` brokers are registered (bounded)."""
+    deadline = time.monotonic() + REGISTER_TIMEOUT_S
     async with Admin(bootstrap, request_timeout_ms=5_000) as admin:
-        metadata = await admin._client.fetch_all_metadata()
-    return {b["node_id"]: (b["host"], b["port"]) for b in metadata["brokers"]}
+        while True:
+            metadata = await admin._client.fetch_all_metadata()
+            found = {b["node_id"]: (b["host"], b["port"]) for b in metadata["brokers"]}
+            if len(found) >= brokers or time.monotonic() > deadline:
+                return found
+            await asyncio.sleep(0.1)
 
 
 async def test_brokers_listen_on_and_advertise_their_own_address(tmp_path: Path) -> None:
