@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mq.errors import CoordinatorLoadInProgressError, error_for_code
 from mq.records.batch import iter_batches
@@ -102,29 +102,37 @@ async def read(
         await asyncio.sleep(CATCH_UP_POLL_S)
 
 
+def fetch_body(
+    topic: str, index: int, offset: int, max_bytes: int, *, min_bytes: int
+) -> dict[str, Any]:
+    """A consumer's fetch of one partition from ``offset`` that does not wait (``max_wait_ms``
+    0): how a broker reads another broker's copy of an internal or damaged partition."""
+    return {
+        "max_wait_ms": 0,
+        "min_bytes": min_bytes,
+        "max_bytes": max_bytes,
+        "isolation_level": 0,
+        "topics": [
+            {
+                "name": topic,
+                "partitions": [
+                    {
+                        "partition": index,
+                        "fetch_offset": offset,
+                        "partition_max_bytes": max_bytes,
+                        "current_leader_epoch": -1,
+                    }
+                ],
+            }
+        ],
+    }
+
+
 async def _read_remote(broker: Broker, topic: str, index: int, start: int) -> AsyncIterator[bytes]:
     """Chunks of whole batches from the remote leader, up to its high watermark."""
     offset = start
     while True:
-        body = {
-            "max_wait_ms": 0,
-            "min_bytes": 0,
-            "max_bytes": READ_BYTES,
-            "isolation_level": 0,
-            "topics": [
-                {
-                    "name": topic,
-                    "partitions": [
-                        {
-                            "partition": index,
-                            "fetch_offset": offset,
-                            "partition_max_bytes": READ_BYTES,
-                            "current_leader_epoch": -1,
-                        }
-                    ],
-                }
-            ],
-        }
+        body = fetch_body(topic, index, offset, READ_BYTES, min_bytes=0)
         response = await broker.peers.call_leader(topic, index, FETCH, body)
         result = response["topics"][0]["partitions"][0]
         if result["error"] == 1 and offset < result["log_start_offset"]:  # below the log start

@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
+from mq.broker.cluster_io import fetch_body
 from mq.broker.partition import Partition, Role
 from mq.errors import MQError, error_for_code
 from mq.records.batch import parse_header
@@ -148,25 +149,7 @@ async def _fetch_range(broker: Broker, partition: Partition, start: int, end: in
     out = bytearray()
     offset = start
     for _ in range(FETCH_ROUNDS):
-        body = {
-            "max_wait_ms": 0,
-            "min_bytes": 1,
-            "max_bytes": limit,
-            "isolation_level": 0,
-            "topics": [
-                {
-                    "name": topic,
-                    "partitions": [
-                        {
-                            "partition": index,
-                            "fetch_offset": offset,
-                            "partition_max_bytes": limit,
-                            "current_leader_epoch": -1,
-                        }
-                    ],
-                }
-            ],
-        }
+        body = fetch_body(topic, index, offset, limit, min_bytes=1)
         response = await broker.peers.call_leader(topic, index, FETCH, body)
         part = response["topics"][0]["partitions"][0]
         if part["error"]:
