@@ -60,7 +60,7 @@ from mq.replication.local_store import LocalStore
 from mq.replication.membership import BrokerInfo, NodeIdInUseError
 from mq.replication.store import CompactedError, Compare, Lease, MetadataStore, Put
 from mq.replication.throttle import TokenBucket
-from mq.wire.apis_core import CREATE_TOPICS
+from mq.wire.apis_core import CREATE_TOPICS, CreateTopicsResponse
 from mq.wire.limits import validate_topic_name
 
 if TYPE_CHECKING:
@@ -460,7 +460,8 @@ class Broker:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         validate_topic_name(name)
         configs = dict(configs or {})
-        if self.is_controller:
+
+        async def create_here() -> CreateTopicsResponse:
             with contextlib.suppress(TopicAlreadyExistsError):
                 await self.create_topic(
                     name,
@@ -470,24 +471,25 @@ class Broker:
                     internal=internal,
                     cap_to_live=True,
                 )
-        else:
-            body = {
-                "topics": [
-                    {
-                        "name": name,
-                        "partitions": partitions,
-                        "replication_factor": replication_factor,
-                        "configs": configs,
-                    }
-                ],
-                "timeout_ms": int(WAIT_S * 1000),
-                "validate_only": False,
-            }
-            response = await self.peers.call_controller(CREATE_TOPICS, body)
-            for topic in response["topics"]:
-                if topic["error"] and topic["error"] != TopicAlreadyExistsError.code:
-                    raise _error(topic["error"], topic.get("message"))
-            await self.wait_for_view(lambda: name in self.view.topics)
+            return CreateTopicsResponse(topics=[])
+
+        body = {
+            "topics": [
+                {
+                    "name": name,
+                    "partitions": partitions,
+                    "replication_factor": replication_factor,
+                    "configs": configs,
+                }
+            ],
+            "timeout_ms": int(WAIT_S * 1000),
+            "validate_only": False,
+        }
+        response = await self.peers.call_controller(CREATE_TOPICS, body, create_here)
+        for topic in response["topics"]:
+            if topic["error"] and topic["error"] != TopicAlreadyExistsError.code:
+                raise _error(topic["error"], topic.get("message"))
+        await self.wait_for_view(lambda: name in self.view.topics)
         found = self.view.topics.get(name)
         if found is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")

@@ -13,6 +13,7 @@ Thread safety: one event loop.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mq.client.connection import Connection
@@ -32,22 +33,28 @@ class Peers:
         self._broker = broker
         self._connections: dict[tuple[str, int], Connection] = {}
 
-    async def call_controller(self, api: Api[Any, RespT], body: Any) -> RespT:
-        """Send ``body`` to the controller and return its answer (waits for a controller)."""
+    async def call_controller(
+        self, api: Api[Any, RespT], body: Any, here: Callable[[], Awaitable[RespT]]
+    ) -> RespT:
+        """Send ``body`` to the controller and return its answer, or ``here()`` once this
+        broker is the controller itself. Waits (bounded, :data:`WAIT_S`) while there is
+        none, and while the view already names this broker but its controller seat is
+        not active yet (it is loading the cluster state): a request arriving in that
+        window is neither forwarded to itself nor refused."""
         broker = self._broker
         loop = asyncio.get_running_loop()
         deadline = loop.time() + WAIT_S
         while True:
+            if broker.is_controller:
+                return await here()
             controller = broker.view.controller
             info = broker.view.brokers.get(controller.node_id) if controller else None
-            try:
-                if controller is not None and controller.node_id == broker.node_id:
-                    raise NotControllerError("this broker is the controller: no forwarding")
-                if info is not None:
+            if info is not None and controller is not None and controller.node_id != broker.node_id:
+                try:
                     connection = await self._connection((info.host, info.port))
                     return await connection.call(api, body, timeout_s=WAIT_S)
-            except NetworkError:
-                pass
+                except NetworkError:
+                    pass
             if loop.time() >= deadline:
                 raise NotControllerError("no controller could be reached")
             await asyncio.sleep(RETRY_S)

@@ -63,9 +63,7 @@ def on_controller(api: Api[Any, Any], handler: Handler) -> Handler:
     """``handler`` where this broker is the controller; elsewhere the request is forwarded."""
 
     async def run(broker: Broker, ctx: RequestContext, body: Any) -> Any:
-        if broker.is_controller:
-            return await handler(broker, ctx, body)
-        return await broker.peers.call_controller(api, body)
+        return await broker.peers.call_controller(api, body, lambda: handler(broker, ctx, body))
 
     return run
 
