@@ -2,11 +2,12 @@
 
 3 real brokers and a real etcd; each broker's data directory is a small tmpfs.
 A topic with RF 3 and min.insync.replicas 2. An acks=all producer runs; the
-leader's disk is filled up (a filler file) until its appends fail with ENOSPC
-and the log goes offline. The partition must get a new leader within seconds
-(not the offline replica, which leaves the ISR), producing goes on, and every
-acknowledged record is there. Then the disk is freed and the broker restarted:
-its replica recovers, catches up and rejoins the ISR.
+leader's (or a follower's) disk is filled up (a filler file) until its appends
+fail with ENOSPC and the log goes offline. The partition must get a new leader
+within seconds (not the offline replica, which reports itself out of the ISR
+and stops fetching), producing goes on, and every acknowledged record is there.
+Then the disk is freed and the broker restarted: its replica recovers, catches
+up and rejoins the ISR.
 
 Root only (tmpfs mounts): skipped with the reason otherwise.
 """
@@ -97,7 +98,10 @@ async def _produce(
             count[0] += 1
 
 
-async def test_a_full_disk_hands_leadership_on(disks: dict[int, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("victim", ["leader", "follower"])
+async def test_a_full_disk_takes_the_replica_out(
+    disks: dict[int, Path], tmp_path: Path, victim: str
+) -> None:
     cluster = LocalCluster(
         tmp_path / "cluster",
         3,
@@ -106,12 +110,12 @@ async def test_a_full_disk_hands_leadership_on(disks: dict[int, Path], tmp_path:
     )
     cluster.start()
     try:
-        await _run(cluster, disks)
+        await _run(cluster, disks, victim)
     finally:
         cluster.stop()
 
 
-async def _run(cluster: LocalCluster, disks: dict[int, Path]) -> None:
+async def _run(cluster: LocalCluster, disks: dict[int, Path], victim: str) -> None:
     async with Admin(bootstrap=cluster.bootstrap) as admin:
         await admin.create_topic(
             TOPIC, partitions=1, replication_factor=3, configs={"min.insync.replicas": "2"}
@@ -122,7 +126,8 @@ async def _run(cluster: LocalCluster, disks: dict[int, Path]) -> None:
         return state if state is not None and len(state["isr"]) == 3 else None
 
     state = await wait_until(full_isr, what="all three replicas in sync")
-    old_leader = state["leader"]
+    leader = state["leader"]
+    full = leader if victim == "leader" else min(set(state["replicas"]) - {leader})
 
     acked: dict[int, bytes] = {}
     count = [0]
@@ -130,20 +135,19 @@ async def _run(cluster: LocalCluster, disks: dict[int, Path]) -> None:
     producing = asyncio.create_task(_produce(cluster.bootstrap, acked, stop, count))
     try:
         await wait_until(lambda: _true(count[0] >= 200), what="200 acked records")
-        filler = _fill(disks[old_leader])
+        filler = _fill(disks[full])
         filled_at = time.monotonic()
 
-        async def new_leader() -> dict[str, object] | None:
+        async def out() -> dict[str, object] | None:
             found = await partition_state(cluster.bootstrap, TOPIC, 0)
-            if found is None or found["leader"] in (old_leader, -1):
+            if found is None or found["leader"] in (full, -1) or full in found["isr"]:
                 return None
             return found
 
         state = await wait_until(
-            new_leader, NEW_LEADER_WITHIN_S, what="a new leader after the full disk"
+            out, NEW_LEADER_WITHIN_S, what=f"the {victim}'s replica out after the full disk"
         )
         failover_s = time.monotonic() - filled_at
-        assert old_leader not in state["isr"], state
         # producing goes on at the new leader
         before = count[0]
         await wait_until(lambda: _true(count[0] >= before + 200), what="200 more acked records")
@@ -151,19 +155,22 @@ async def _run(cluster: LocalCluster, disks: dict[int, Path]) -> None:
         await asyncio.sleep(2 * LAG_MAX_S)
         state = await partition_state(cluster.bootstrap, TOPIC, 0)
         assert state is not None
-        assert old_leader not in state["isr"], state
-        assert state["leader"] != old_leader, state
-        log_text = cluster.broker(old_leader).log_path.read_text()  # type: ignore[union-attr]
+        assert full not in state["isr"], state
+        assert state["leader"] != full, state
+        log_text = cluster.broker(full).log_path.read_text()  # type: ignore[union-attr]
         assert "No space left on device" in log_text
-        assert "leaves the ISR" in log_text
+        # it reported itself (not only dropped by its leader for lagging)...
+        assert f"node {full} leaves the ISR" in log_text
+        # ...and stopped fetching (a fetcher still at it would fail every round)
+        assert log_text.count("replica offline") <= 2
     finally:
         stop.set()
         await asyncio.wait_for(producing, 60)
-    print(f"failover {failover_s:.2f} s after the fill, {len(acked)} acked")
+    print(f"{victim} out {failover_s:.2f} s after the fill, {len(acked)} acked")
 
     # room again, and a restart: the replica recovers, catches up and rejoins the ISR
     filler.unlink()
-    await asyncio.to_thread(cluster.restart, old_leader)
+    await asyncio.to_thread(cluster.restart, full)
     await wait_until(full_isr, 60, what="the restarted replica back in the ISR")
 
     # every acknowledged record is there, at the offset its ack gave
