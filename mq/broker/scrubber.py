@@ -233,6 +233,7 @@ class Scrubber:
                     next_base=next_base,
                     epochs=epochs,
                     pace=self._pace,
+                    min_end=max(segment.next_offset, segment.indexed_end or 0),
                 )
             except FileNotFoundError:
                 return None
