@@ -140,7 +140,8 @@ class Partition:
 
         def failed(exc: StorageError) -> None:
             # Log.fail may run in a worker thread (a read, a sync job): back to the loop
-            loop.call_soon_threadsafe(self._log_failed, exc)
+            if not loop.is_closed():  # a close failing at shutdown: nobody to tell
+                loop.call_soon_threadsafe(self._log_failed, exc)
 
         self.log.on_offline = failed
         self.writer.start()

@@ -70,6 +70,7 @@ class Scrubber:
         self._task: asyncio.Task[None] | None = None
         self._repairs: dict[Key, asyncio.Task[None]] = {}
         self._withdrawals: dict[Key, asyncio.Task[None]] = {}
+        self._stopped = False
         self.passes = 0
         """Completed passes over every sealed segment (for tests and stats)."""
         self.found: list[tuple[Key, SegmentDamage]] = []
@@ -79,6 +80,7 @@ class Scrubber:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="scrubber")
 
     async def stop(self) -> None:
+        self._stopped = True  # no withdrawal starts after this (a log failing at close)
         tasks = [*self._repairs.values(), *self._withdrawals.values()]
         if self._task is not None:
             tasks.append(self._task)
@@ -111,8 +113,11 @@ class Scrubber:
         """A failed write or sync took ``partition``'s log offline here: it no longer
         leads or follows (its role is offline already); leave its ISR, handing
         leadership to another in-sync replica."""
+        key = (partition.topic, partition.index)
+        if self._stopped or self._broker.partitions.get(key) is not partition:
+            return  # the broker stops, or the replica was dropped: nothing to hand on
         self._broker.replicas.apply_written(partition)  # out of every replica fetcher
-        self.withdraw((partition.topic, partition.index))
+        self.withdraw(key)
 
     def withdraw(self, key: Key) -> None:
         """Leave the ISR of ``key`` (a replica that cannot serve here), retried until out.
@@ -120,7 +125,7 @@ class Scrubber:
         Idempotent while a withdrawal runs; called again whenever the view shows this
         broker back in the ISR (or leading) while the replica still cannot serve.
         """
-        if key in self._withdrawals:
+        if key in self._withdrawals or self._stopped:
             return
         task = asyncio.get_running_loop().create_task(self._withdraw(key))
         self._withdrawals[key] = task
@@ -191,8 +196,8 @@ class Scrubber:
     async def _check_sealed(self, key: Key) -> None:
         """Check every sealed segment of one partition; start a repair at the first damage."""
         partition = self._broker.partitions.get(key)
-        if partition is None or key in self._repairs:
-            return
+        if partition is None or key in self._repairs or partition.offline is not None:
+            return  # an offline log is out of the ISR until a restart recovers it
         if partition.damage is not None:  # found before and not repaired yet: try again
             self._start_repair(partition, partition.damage, self._end_of(partition))
             return
