@@ -102,6 +102,10 @@ class ReplicaManager:
             if partition is None:
                 return
         partition.min_insync_replicas = broker.min_insync_replicas(topic, len(state.replicas))
+        if partition.offline is not None and (
+            broker.node_id in state.isr or state.leader == broker.node_id
+        ):
+            broker.scrubber.withdraw(key)  # its log cannot serve: it must not be in the ISR
         revision = view.partition_revisions.get(key, 0)
         if state.leader == broker.node_id and revision < broker.fenced_below:
             if partition.fence():  # a state from before this registration: wait for a new one
@@ -169,6 +173,7 @@ class ReplicaManager:
             broker.scrubber.open_failed(topic.name, index)
             return None
         partition.on_corrupt = broker.scrubber.report_read
+        partition.on_offline = broker.scrubber.log_offline
         partition.start()
         broker.partitions[(topic.name, index)] = partition
         self._configs[topic.name] = dict(topic.configs)
