@@ -13,6 +13,15 @@ a clock and turns their answers into responses:
   session expired takes its partitions back without a rebalance;
 * ``commit``/``fetch`` read and write :class:`~mq.broker.offsets.OffsetStore`.
 
+Bounds (``mq.broker.config``): a member subscribes to at most
+``group_max_topics_per_member`` topics (INVALID_REQUEST), a group has at most
+``group_max_size`` members and the broker at most ``max_groups`` groups with members
+(GROUP_MAX_SIZE_REACHED), all checked before anything is stored. A group whose last
+member leaves or expires is freed (its committed offsets stay in the offset store);
+a group remembers at most ``group_max_size`` fenced member ids. A join costs the
+assignor's run over the group (bounded by ``group_max_size``) plus the joining
+member's topics: the group's topic set is kept as counts, not recomputed.
+
 Thread safety: one event loop.
 """
 
@@ -22,6 +31,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -30,8 +40,10 @@ from mq.broker.catalog import OFFSETS_TOPIC
 from mq.broker.offsets import CommittedOffset, OffsetStore
 from mq.errors import (
     FencedInstanceIdError,
+    GroupMaxSizeReachedError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
+    InvalidRequestError,
     InvalidSessionTimeoutError,
     UnknownMemberIdError,
 )
@@ -56,7 +68,8 @@ class Member:
     instance_id: str | None
     client_id: str
     client_host: str
-    topics: list[str]
+    topics: tuple[str, ...]
+    """Sorted, without duplicates."""
     session_timeout_ms: int
     rebalance_timeout_ms: int
 
@@ -72,13 +85,28 @@ class Group:
     sessions: Sessions
     revocations: Sessions
     members: dict[str, Member] = field(default_factory=dict)
-    fenced: set[str] = field(default_factory=set)
-    topics: frozenset[str] = frozenset()
-    """Every topic a member subscribes to: kept with ``members``, read on each heartbeat."""
+    fenced: dict[str, None] = field(default_factory=dict)
+    """Member ids replaced by a static rejoin, oldest first (an ordered set, bounded by
+    the coordinator to ``group_max_size``)."""
+    topics: Counter[str] = field(default_factory=Counter)
+    """Every topic a member subscribes to, with how many members do: kept with
+    ``members`` (by :meth:`add` and :meth:`discard`), read on each heartbeat."""
 
-    def subscriptions_changed(self) -> None:
-        """Recompute ``topics``: call it after ``members`` changed."""
-        self.topics = frozenset(t for member in self.members.values() for t in member.topics)
+    def add(self, member: Member) -> None:
+        """Put ``member`` in ``members`` (replacing one with its id), keeping ``topics``."""
+        self.discard(member.member_id)
+        self.members[member.member_id] = member
+        self.topics.update(member.topics)
+
+    def discard(self, member_id: str) -> None:
+        """Remove a member from ``members`` if there, keeping ``topics``: O(its topics)."""
+        member = self.members.pop(member_id, None)
+        if member is None:
+            return
+        self.topics.subtract(member.topics)
+        for topic in member.topics:
+            if self.topics[topic] <= 0:
+                del self.topics[topic]
 
 
 class GroupCoordinator:
@@ -133,8 +161,27 @@ class GroupCoordinator:
                 f"session timeout {session_timeout_ms} ms is outside "
                 f"[{MIN_SESSION_TIMEOUT_MS}, {MAX_SESSION_TIMEOUT_MS}]"
             )
+        config = self._broker.config
+        subscribed = sorted(set(topics))
+        if len(subscribed) > config.group_max_topics_per_member:
+            raise InvalidRequestError(
+                f"a member may subscribe to at most {config.group_max_topics_per_member} "
+                f"topics (group_max_topics_per_member), got {len(subscribed)}"
+            )
         group = self._group(group_id, assignor)
         self._expire(group)
+        if group_id not in self.groups and len(self.groups) >= config.max_groups:
+            raise GroupMaxSizeReachedError(
+                f"this broker coordinates {len(self.groups)} groups with members, "
+                f"its maximum (max_groups); group {group_id} cannot start"
+            )
+        new = member_id not in group.members and (
+            instance_id is None or group.assignment.member_for_instance(instance_id) is None
+        )
+        if new and len(group.members) >= config.group_max_size:
+            raise GroupMaxSizeReachedError(
+                f"group {group_id} has {len(group.members)} members, its maximum (group_max_size)"
+            )
         if member_id and member_id not in group.members:
             if member_id in group.fenced:
                 raise FencedInstanceIdError(f"member {member_id} was replaced by a newer instance")
@@ -148,20 +195,24 @@ class GroupCoordinator:
             instance_id,
             client_id,
             client_host,
-            sorted(set(topics)),
+            tuple(subscribed),
             session_timeout_ms,
             rebalance_timeout_ms,
         )
-        group.assignment.set_partitions(self._partition_counts(group, extra=topics))
-        replaced = group.assignment.join(member_id, Subscription(frozenset(topics), instance_id))
+        group.assignment.set_partitions(self._partition_counts(group, extra=subscribed))
+        replaced = group.assignment.join(
+            member_id, Subscription(frozenset(subscribed), instance_id)
+        )
+        self.groups[group_id] = group
         if replaced is not None:
-            group.members.pop(replaced, None)
+            group.discard(replaced)
             group.sessions.stop(replaced)
             group.revocations.stop(replaced)
-            group.fenced.add(replaced)
+            group.fenced[replaced] = None
+            while len(group.fenced) > config.group_max_size:
+                del group.fenced[next(iter(group.fenced))]
             log.info("group %s: %s replaces static member %s", group_id, member_id, replaced)
-        group.members[member_id] = member
-        group.subscriptions_changed()
+        group.add(member)
         group.sessions.start(member_id, session_timeout_ms / 1000)
         group.assignment.set_partitions(self._partition_counts(group))
         return member, group.assignment.generation
@@ -210,14 +261,15 @@ class GroupCoordinator:
                 f"group {group_id} uses the {group.assignment.assignor} assignor, not {assignor}"
             )
         if group is None or not group.members:
+            # stored by join once the member is in: a refused join leaves nothing behind
+            self.groups.pop(group_id, None)
             group = Group(
                 group_id, GroupAssignment(assignor), Sessions(self._clock), Sessions(self._clock)
             )
-            self.groups[group_id] = group
         return group
 
     def _partition_counts(self, group: Group, extra: list[str] | None = None) -> dict[str, int]:
-        topics = group.topics.union(extra) if extra else group.topics
+        topics = group.topics.keys() | set(extra) if extra else group.topics.keys()
         counts = {}
         for topic in topics:
             info = self._broker.topic(topic)
@@ -227,11 +279,12 @@ class GroupCoordinator:
 
     def _remove(self, group: Group, member_id: str, why: str) -> None:
         group.assignment.leave(member_id)
-        group.members.pop(member_id, None)
-        group.subscriptions_changed()
+        group.discard(member_id)
         group.sessions.stop(member_id)
         group.revocations.stop(member_id)
         log.info("group %s: member %s %s", group.group_id, member_id, why)
+        if not group.members and self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]  # freed: its offsets stay in the offset store
 
     def _expire(self, group: Group) -> None:
         for member_id in {*group.sessions.expired(), *group.revocations.expired()}:
