@@ -123,8 +123,8 @@ class Session:
 class ShareManager:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
-        self.store = ShareStateStore(broker)
         config = broker.config
+        self.store = ShareStateStore(broker, config.share_fence_entries)
         self.limits = SessionLimits(
             config.max_share_sessions,
             config.max_share_groups_per_partition,
