@@ -100,6 +100,12 @@ class BrokerConfig:
     """Consumer groups with members that this broker coordinates: a join that would
     start one more fails with GROUP_MAX_SIZE_REACHED (groups that only hold committed
     offsets do not count; an empty group's state is freed when its last member goes)."""
+    max_group_subscriptions: int = 1_000_000
+    """Subscription entries over every group this broker coordinates (one per member
+    plus one per topic it subscribes to): GROUP_MAX_SIZE_REACHED past it. Measured
+    ~120 B per entry with 30-character topic names (~350 B at the longest names), so
+    members' subscriptions take ~120-350 MB at most, whatever ``max_groups`` times
+    ``group_max_size`` times ``group_max_topics_per_member`` would allow."""
     max_share_sessions: int = 2_000
     """Share partitions (share group x partition) this broker keeps loaded (Kafka's
     ``group.share.max.share.sessions`` default): past it, the least recently used idle
@@ -162,6 +168,7 @@ class BrokerConfig:
             "group_max_size",
             "group_max_topics_per_member",
             "max_groups",
+            "max_group_subscriptions",
             "max_share_sessions",
             "max_share_groups_per_partition",
             "share_session_idle_ms",

@@ -15,8 +15,10 @@ a clock and turns their answers into responses:
 
 Bounds (``mq.broker.config``): a member subscribes to at most
 ``group_max_topics_per_member`` topics (INVALID_REQUEST), a group has at most
-``group_max_size`` members and the broker at most ``max_groups`` groups with members
-(GROUP_MAX_SIZE_REACHED), all checked before anything is stored. A group whose last
+``group_max_size`` members, the broker at most ``max_groups`` groups with members
+and ``max_group_subscriptions`` subscription entries over all of them (one per
+member plus one per topic it subscribes to: what the members' memory grows with),
+GROUP_MAX_SIZE_REACHED otherwise; all checked before anything is stored. A group whose last
 member leaves or expires is freed (its committed offsets stay in the offset store);
 a group remembers at most ``group_max_size`` fenced member ids. A join costs the
 assignor's run over the group (bounded by ``group_max_size``) plus the joining
@@ -91,12 +93,15 @@ class Group:
     topics: Counter[str] = field(default_factory=Counter)
     """Every topic a member subscribes to, with how many members do: kept with
     ``members`` (by :meth:`add` and :meth:`discard`), read on each heartbeat."""
+    entries: int = 0
+    """Subscription entries: one per member plus one per topic of each."""
 
     def add(self, member: Member) -> None:
         """Put ``member`` in ``members`` (replacing one with its id), keeping ``topics``."""
         self.discard(member.member_id)
         self.members[member.member_id] = member
         self.topics.update(member.topics)
+        self.entries += 1 + len(member.topics)
 
     def discard(self, member_id: str) -> None:
         """Remove a member from ``members`` if there, keeping ``topics``: O(its topics)."""
@@ -104,6 +109,7 @@ class Group:
         if member is None:
             return
         self.topics.subtract(member.topics)
+        self.entries -= 1 + len(member.topics)
         for topic in member.topics:
             if self.topics[topic] <= 0:
                 del self.topics[topic]
@@ -119,6 +125,8 @@ class GroupCoordinator:
         self.offsets = offsets
         self._clock = clock
         self.groups: dict[str, Group] = {}
+        self.entries = 0
+        """Subscription entries of every group here (:attr:`Group.entries` summed)."""
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -133,7 +141,7 @@ class GroupCoordinator:
     def _unload(self, index: int) -> None:
         """This broker no longer leads offsets partition ``index``: its groups move away."""
         for group_id in [g for g in self.groups if self.offsets.partition_for(g) == index]:
-            del self.groups[group_id]
+            self.entries -= self.groups.pop(group_id).entries
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -170,22 +178,11 @@ class GroupCoordinator:
             )
         group = self._group(group_id, assignor)
         self._expire(group)
-        if group_id not in self.groups and len(self.groups) >= config.max_groups:
-            raise GroupMaxSizeReachedError(
-                f"this broker coordinates {len(self.groups)} groups with members, "
-                f"its maximum (max_groups); group {group_id} cannot start"
-            )
-        new = member_id not in group.members and (
-            instance_id is None or group.assignment.member_for_instance(instance_id) is None
-        )
-        if new and len(group.members) >= config.group_max_size:
-            raise GroupMaxSizeReachedError(
-                f"group {group_id} has {len(group.members)} members, its maximum (group_max_size)"
-            )
         if member_id and member_id not in group.members:
             if member_id in group.fenced:
                 raise FencedInstanceIdError(f"member {member_id} was replaced by a newer instance")
             raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
+        self._admit(group, member_id, instance_id, len(subscribed))
         if not member_id:
             suffix = f"-{uuid.uuid4().hex[:12]}"
             # cut a long client id: the member id must fit a Name (MAX_NAME_LEN)
@@ -199,6 +196,7 @@ class GroupCoordinator:
             session_timeout_ms,
             rebalance_timeout_ms,
         )
+        entries_before = group.entries
         group.assignment.set_partitions(self._partition_counts(group, extra=subscribed))
         replaced = group.assignment.join(
             member_id, Subscription(frozenset(subscribed), instance_id)
@@ -213,9 +211,34 @@ class GroupCoordinator:
                 del group.fenced[next(iter(group.fenced))]
             log.info("group %s: %s replaces static member %s", group_id, member_id, replaced)
         group.add(member)
+        self.entries += group.entries - entries_before
         group.sessions.start(member_id, session_timeout_ms / 1000)
         group.assignment.set_partitions(self._partition_counts(group))
         return member, group.assignment.generation
+
+    def _admit(self, group: Group, member_id: str, instance_id: str | None, topics: int) -> None:
+        """Check the bounds before a join stores anything (GROUP_MAX_SIZE_REACHED)."""
+        config = self._broker.config
+        if group.group_id not in self.groups and len(self.groups) >= config.max_groups:
+            raise GroupMaxSizeReachedError(
+                f"this broker coordinates {len(self.groups)} groups with members, "
+                f"its maximum (max_groups); group {group.group_id} cannot start"
+            )
+        previous = group.members.get(member_id)
+        if previous is None and instance_id is not None:
+            static = group.assignment.member_for_instance(instance_id)
+            previous = group.members.get(static) if static is not None else None
+        if previous is None and len(group.members) >= config.group_max_size:
+            raise GroupMaxSizeReachedError(
+                f"group {group.group_id} has {len(group.members)} members, its maximum "
+                "(group_max_size)"
+            )
+        added = 1 + topics - (1 + len(previous.topics) if previous is not None else 0)
+        if self.entries + added > config.max_group_subscriptions:
+            raise GroupMaxSizeReachedError(
+                f"the groups here hold {self.entries} subscription entries; "
+                f"{added} more would pass max_group_subscriptions"
+            )
 
     def heartbeat(
         self, group_id: str, member_id: str, owned: set[TopicPartition]
@@ -279,7 +302,9 @@ class GroupCoordinator:
 
     def _remove(self, group: Group, member_id: str, why: str) -> None:
         group.assignment.leave(member_id)
+        entries_before = group.entries
         group.discard(member_id)
+        self.entries += group.entries - entries_before
         group.sessions.stop(member_id)
         group.revocations.stop(member_id)
         log.info("group %s: member %s %s", group.group_id, member_id, why)

@@ -175,3 +175,34 @@ async def test_the_groups_topic_counts_follow_joins_and_leaves(tmp_path: Path) -
             group = coordinator.groups["g"]
             expected = Counter(t for m in group.members.values() for t in m.topics)
             assert group.topics == expected == Counter({"all": 2, "t1": 1, "t2": 1})
+
+
+async def test_subscription_entries_over_all_groups_are_bounded(tmp_path: Path) -> None:
+    """Members times topics is what a coordinator's memory grows with: one budget for all
+    groups (one entry per member plus one per topic)."""
+    async with (
+        asyncio.timeout(TEST_TIMEOUT_S),
+        running_broker(tmp_path, max_group_subscriptions=25) as running,
+        connect(running.bootstrap) as client,
+    ):
+        coordinator = running.broker.coordinator
+        assert coordinator is not None
+        a = await join(client, join_body("a", [f"t{i}" for i in range(9)]))  # 10 entries
+        await join(client, join_body("b", [f"t{i}" for i in range(9)]))  # 20
+        with pytest.raises(GroupMaxSizeReachedError, match="max_group_subscriptions"):
+            await join(client, join_body("c", [f"t{i}" for i in range(5)]))  # 26
+        await join(client, join_body("c", [f"t{i}" for i in range(4)]))  # 25
+        assert coordinator.entries == 25
+        # a member rejoining with fewer topics gives entries back
+        smaller = join_body("a", ["t0"])
+        smaller["member_id"] = a["member_id"]
+        await join(client, smaller)
+        assert coordinator.entries == 17
+        for group_id in ("a", "b", "c"):
+            for member_id in list(coordinator.groups[group_id].members):
+                await client.call_any(
+                    LEAVE_GROUP,
+                    {"group_id": group_id, "member_id": member_id, "group_instance_id": None},
+                )
+        assert coordinator.entries == 0
+        assert coordinator.groups == {}
