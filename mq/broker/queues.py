@@ -77,11 +77,16 @@ TICK_S = 0.05
 """How often leases and delays are checked: the resolution of a visibility timeout."""
 FILL_BYTES = 4 << 20
 """Most bytes read into a window per receive: a receive does not stall the loop."""
-FILL_READ_BYTES = 64 << 10
-"""Bytes per log read while filling a window (at least one whole batch): a receive
-stops reading once it has what it wants, so a receive of one small message adds a few
-hundred records to the window, not the ~10,000 a 1 MiB read held (each record costs
-the window ~300 B: a share group named once on a large queue kept ~12 MB)."""
+FILL_READ_BYTES = 1 << 20
+"""Most bytes per log read while filling a window (at least one whole batch)."""
+FILL_READ_BYTES_PER_MESSAGE = 1 << 10
+"""A receive of N messages reads N KiB per log read (at least
+:data:`MIN_FILL_READ_BYTES`, at most :data:`FILL_READ_BYTES`), and stops reading once
+it has what it wants: a receive of one small message adds a few hundred records to
+the window, not the ~10,000 a 1 MiB read held (each costs the window ~300 B: a share
+group named once on a large queue kept ~12 MB), while large receives keep large reads."""
+MIN_FILL_READ_BYTES = 64 << 10
+"""Smallest log read while filling a window (one read's overhead stays small)."""
 DEDUP_LOOKBACK_BYTES = 64 << 20
 """At most this much of the log below a restored window is read to relearn dedup ids."""
 DEAD_LETTER_BATCH = 500
@@ -332,10 +337,14 @@ class ShareManager:
         if share.end < log_start or share.start < log_start:
             share.truncate_below(log_start, now)
         read = 0
+        chunk = FILL_READ_BYTES
+        if want and not share.restoring:
+            chunk = max(MIN_FILL_READ_BYTES, want * FILL_READ_BYTES_PER_MESSAGE)
+            chunk = min(FILL_READ_BYTES, chunk)
         while share.wants_records and share.end < partition.high_watermark and read < FILL_BYTES:
             if not share.restoring and want and share.ready_count >= want:
                 break
-            found = partition.read(share.end, FILL_READ_BYTES)
+            found = partition.read(share.end, chunk)
             if found is None:
                 break
             share.add(_records(found.data), found.next_offset, now)
