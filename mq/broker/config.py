@@ -119,7 +119,9 @@ class BrokerConfig:
     share_session_idle_ms: int = 300_000
     """A share partition with no receive or settle for this long, whose state is saved
     and which nobody waits on, is dropped from memory; its next receive reloads it
-    from ``__share_state`` (nothing acknowledged is lost: only saved state is evicted)."""
+    from ``__share_state`` (nothing acknowledged is lost: only saved state is evicted).
+    At least 1 s whatever the setting (``share_sessions.PRESSURE_MIN_IDLE_S``): a
+    receive holds its sessions without marking them for milliseconds at a time."""
     share_fence_entries: int = 10_000
     """Share partitions whose admitted epoch a state-partition leader remembers beyond
     what its metadata view already says (:class:`mq.broker.share_store.ShareStateStore`):

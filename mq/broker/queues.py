@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from mq.broker import cluster_io
-from mq.broker.share_sessions import SessionLimits, SessionTable
+from mq.broker.share_sessions import PRESSURE_MIN_IDLE_S, SessionLimits, SessionTable
 from mq.broker.share_store import ShareKey, ShareStateStore
 from mq.errors import (
     CoordinatorLoadInProgressError,
@@ -133,7 +133,7 @@ class ShareManager:
         self.limits = SessionLimits(
             config.max_share_sessions,
             config.max_share_groups_per_partition,
-            config.share_session_idle_ms / 1000,
+            max(config.share_session_idle_ms / 1000, PRESSURE_MIN_IDLE_S),
         )
         self._sessions: SessionTable[Session] = SessionTable()
         self.evicted = 0
