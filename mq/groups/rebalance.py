@@ -24,7 +24,9 @@ The group, as :class:`GroupAssignment` sees it, driven by the coordinator::
         -> MemberView(assignment, revoke):
            revoke     = owned - target             give these up first
            assignment = target & (owned | free)    free: owned by no other member
-           and the member is recorded as owning owned | assignment
+           and the member is recorded as owning owned | assignment (of owned, only
+           the group's partitions and those it was known to own: a claim of
+           anything else cannot grow the state)
     leave(member)                leave_group, session expiry, rebalance timeout
         -> its partitions are free at once; the target is recomputed
     set_partitions(counts)       topics created, deleted or grown
@@ -177,7 +179,15 @@ class GroupAssignment:
         target = self._target[member_id]
         conflicts = frozenset(tp for tp in reported if self._owner.get(tp, member_id) != member_id)
         assignment = frozenset(tp for tp in target if self._owner.get(tp, member_id) == member_id)
-        self._set_owned(member_id, (reported - conflicts) | assignment)
+        # Recorded: claims of the group's partitions, and of those the member was known to
+        # own (a deleted topic's, until it stops reporting them: the topic may come back).
+        # Other claims are in no target, so no one is granted them: they are answered
+        # with revoke but not kept, and a member's claims cannot grow the state.
+        counts, before = self._partitions, self._owned.get(member_id, EMPTY)
+        kept = frozenset(
+            tp for tp in reported if tp.partition < counts.get(tp.topic, 0) or tp in before
+        )
+        self._set_owned(member_id, (kept - conflicts) | assignment)
         return MemberView(assignment, (reported - target) | conflicts)
 
     def target(self, member_id: str) -> frozenset[TopicPartition]:
