@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mq.broker import producer_ids
 from mq.broker.catalog import OFFSETS_TOPIC, split_topic_configs, topic_log_config
 from mq.broker.partition import Partition, Role
 from mq.errors import MQError, StorageError
@@ -172,6 +173,7 @@ class ReplicaManager:
             log.error("%s-%d stays offline here: %s", topic.name, index, exc)
             broker.scrubber.open_failed(topic.name, index)
             return None
+        producer_ids.bound_log(partition.log, broker.config)  # a restart agrees with expiry
         partition.on_corrupt = broker.scrubber.report_read
         partition.on_offline = broker.scrubber.log_offline
         partition.start()
