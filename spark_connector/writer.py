@@ -167,7 +167,7 @@ def records_of(batch: pa.RecordBatch, topic: str | None) -> list[Row]:
         topics = batch.column(names.index("topic")).to_pylist()
         if None in topics:
             raise OptionError("a row has a null 'topic' and there is no 'topic' option")
-    return list(zip(topics, values, keys, headers, partitions, strict=True))  # type: ignore[arg-type]
+    return list(zip(topics, values, keys, headers, partitions, strict=True))
 
 
 def _binary(column: pa.Array) -> list[bytes | None]:
