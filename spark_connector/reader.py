@@ -19,6 +19,10 @@ range there).
 
 from __future__ import annotations
 
+# isort: off
+import spark_connector._needs_extra  # noqa: F401  (first: a missing extra is one line)
+
+# isort: on
 import logging
 import time
 from collections.abc import Callable, Iterator

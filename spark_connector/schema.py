@@ -8,6 +8,10 @@ Python work per record is the decoding the client already does, nothing more.
 
 from __future__ import annotations
 
+# isort: off
+import spark_connector._needs_extra  # noqa: F401  (first: a missing extra is one line)
+
+# isort: on
 from collections.abc import Sequence
 from typing import Final
 

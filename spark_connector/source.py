@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# isort: off
+import spark_connector._needs_extra  # noqa: F401  (first: a missing extra is one line)
+
+# isort: on
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,

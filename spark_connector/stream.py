@@ -22,6 +22,10 @@ opens its admin connection on first use and is pickled without it.
 
 from __future__ import annotations
 
+# isort: off
+import spark_connector._needs_extra  # noqa: F401  (first: a missing extra is one line)
+
+# isort: on
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar

@@ -19,6 +19,10 @@ transaction to undo a failed task's rows.
 
 from __future__ import annotations
 
+# isort: off
+import spark_connector._needs_extra  # noqa: F401  (first: a missing extra is one line)
+
+# isort: on
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
