@@ -45,11 +45,19 @@ def restart_later(broker: BrokerProcess, down_s: float) -> threading.Thread:
     return thread
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+def wait_for(
+    check: Callable[[], bool],
+    what: str,
+    query: StreamingQuery | None = None,
+    timeout_s: float = WAIT_S,
+) -> None:
+    """Poll ``check`` (bounded); fail at once if ``query`` stopped (with its error)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if check():
             return
+        if query is not None and not query.isActive:
+            raise AssertionError(f"the query stopped before {what}: {query.exception()}")
         time.sleep(0.5)
     raise AssertionError(f"{what} did not happen within {timeout_s} s")
 
@@ -94,11 +102,11 @@ def test_a_stream_rides_through_a_broker_restart(
         maxOffsetsPerTrigger="300",
     )
     try:
-        wait_for(lambda: bool(values_in(spark, tmp_path)), "a first micro-batch")
+        wait_for(lambda: bool(values_in(spark, tmp_path)), "a first micro-batch", query)
         restart_later(broker, 4.0).join(60)  # down 4 s while the query triggers every 200 ms
         assert broker.alive
         produce(bootstrap, "faults-restart", 1_500, 1_500)
-        wait_for(lambda: len(values_in(spark, tmp_path)) >= 3_000, "all 3,000 records")
+        wait_for(lambda: len(values_in(spark, tmp_path)) >= 3_000, "all 3,000 records", query)
         assert query.isActive, query.exception()
     finally:
         query.stop()
@@ -171,7 +179,7 @@ def test_a_deleted_topic_fails_a_stream_naming_it_or_is_left_behind(
     )
     try:
         produce(bootstrap, gone, 0, 100)
-        wait_for(lambda: len(values_in(spark, tmp_path, gone)) == 100, f"{gone}'s records")
+        wait_for(lambda: len(values_in(spark, tmp_path, gone)) == 100, f"{gone}'s records", query)
         with SyncAdmin(bootstrap) as admin:
             admin.delete_topic(gone)
         deleted_at = time.monotonic()
@@ -181,7 +189,7 @@ def test_a_deleted_topic_fails_a_stream_naming_it_or_is_left_behind(
             assert time.monotonic() - deleted_at < 30
             return
         produce(bootstrap, keep, 0, 100)
-        wait_for(lambda: len(values_in(spark, tmp_path, keep)) == 100, f"{keep}'s records")
+        wait_for(lambda: len(values_in(spark, tmp_path, keep)) == 100, f"{keep}'s records", query)
         assert query.isActive, query.exception()
     finally:
         query.stop()
