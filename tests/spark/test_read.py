@@ -199,6 +199,10 @@ def test_option_errors_come_at_load(
         ({"topic": "read-all", "startingOffsetz": "earliest"}, "unknown option"),
         ({"topic": "read-all", "endingOffsets": {"read-all": {"0": 10**9}}}, "past its end"),
         ({"topic": "read-all", "startingOffsets": {"read-all": {"9": 0}}}, "does not have"),
+        (
+            {"topic": "read-all", "startingOffsets": {"read-all": {"0": 10**9}}},
+            "is after endingOff",
+        ),
     ],
 )
 def test_bad_options_fail_with_a_clear_message(
