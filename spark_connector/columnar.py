@@ -24,6 +24,10 @@ the precise :class:`~mq.errors.CorruptRecordError`.
 
 from __future__ import annotations
 
+# isort: off
+import spark_connector._needs_extra  # noqa: F401  (first: a missing extra is one line)
+
+# isort: on
 from typing import Final
 
 import numpy as np

@@ -22,11 +22,28 @@ LATEST: Final = -1
 """In offset JSON: the partition's high watermark (its end for consumers)."""
 
 Mode = Literal["batch", "stream"]
+"""A batch read or a stream; ``load()`` (where the schema is resolved, before Spark
+says which) checks the options as a batch's, :meth:`streamReader` again as a stream's."""
+
+RETRY_TIMEOUT_MS: Final = 30_000
+"""Default of ``retryTimeoutMs``: how long a reader (a task, or the driver planning a
+micro-batch) retries retriable errors (a broker restarting, a leader moving) before
+failing. A restart takes a few seconds, a failover the broker session timeout (6 s by
+default) plus an election: 30 s covers both with room, and still fails a query whose
+cluster is really gone within half a minute instead of hanging."""
 
 _COMMON: Final = {"bootstrap", "topic", "failondataloss", "polltimeoutms", "requesttimeoutms"}
-_READ: Final = _COMMON | {"startingoffsets", "minpartitions"}
+_READ: Final = _COMMON | {
+    "startingoffsets",
+    "minpartitions",
+    "includeheaders",
+    "retrytimeoutms",
+    "maxoffsetspertrigger",
+}
 _BATCH_READ: Final = _READ | {"endingoffsets"}
-_STREAM_READ: Final = _READ | {"maxoffsetspertrigger"}
+"""A batch read accepts the stream-only ``maxOffsetsPerTrigger`` and ignores it, as
+Spark's Kafka source does."""
+_STREAM_READ: Final = _READ
 _WRITE: Final = {"bootstrap", "topic", "requesttimeoutms", "lingerms", "batchsize", "compression"}
 _IGNORED: Final = {"path", "checkpointlocation", "queryname"}
 """Spark's own options, which it passes on too: ``load(path)``/``save(path)``
@@ -52,6 +69,10 @@ class ReadOptions:
     fail_on_data_loss: bool
     poll_timeout_ms: int
     request_timeout_ms: int
+    include_headers: bool = False
+    """Whether rows have a ``headers`` column (as Kafka's ``includeHeaders``)."""
+    retry_timeout_ms: int = RETRY_TIMEOUT_MS
+    """How long retriable errors are retried (:mod:`spark_connector.retry`)."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +87,10 @@ class WriteOptions:
 
 def parse_read_options(options: Mapping[str, str], mode: Mode) -> ReadOptions:
     """The reader's options for a batch (``spark.read``) or streaming query."""
-    opts = _lowered(options, _BATCH_READ if mode == "batch" else _STREAM_READ, mode)
+    lowered = {str(name).lower() for name in options}
+    if mode == "stream" and "endingoffsets" in lowered:
+        raise OptionError("endingOffsets is for batch reads: a stream has no end")
+    opts = _lowered(options, _BATCH_READ if mode == "batch" else _STREAM_READ, "read")
     topics = _topics(opts)
     starting = _offsets(opts, "startingOffsets", "earliest" if mode == "batch" else "latest")
     ending: OffsetSpec = "latest"
@@ -79,16 +103,19 @@ def parse_read_options(options: Mapping[str, str], mode: Mode) -> ReadOptions:
         _check_named_topics("endingOffsets", ending, topics)
     if starting != "earliest" and isinstance(starting, dict):
         _check_named_topics("startingOffsets", starting, topics)
+    max_per_trigger = _positive(opts, "maxOffsetsPerTrigger")  # checked, even where ignored
     return ReadOptions(
         bootstrap=opts.get("bootstrap", DEFAULT_BOOTSTRAP),
         topics=topics,
         starting=starting,
         ending=ending,
         min_partitions=_positive(opts, "minPartitions"),
-        max_offsets_per_trigger=_positive(opts, "maxOffsetsPerTrigger"),
+        max_offsets_per_trigger=max_per_trigger if mode == "stream" else None,
         fail_on_data_loss=_boolean(opts, "failOnDataLoss", True),
         poll_timeout_ms=_positive(opts, "pollTimeoutMs") or 120_000,
         request_timeout_ms=_positive(opts, "requestTimeoutMs") or 30_000,
+        include_headers=_boolean(opts, "includeHeaders", False),
+        retry_timeout_ms=_positive(opts, "retryTimeoutMs") or RETRY_TIMEOUT_MS,
     )
 
 

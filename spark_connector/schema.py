@@ -8,6 +8,10 @@ Python work per record is the decoding the client already does, nothing more.
 
 from __future__ import annotations
 
+# isort: off
+import spark_connector._needs_extra  # noqa: F401  (first: a missing extra is one line)
+
+# isort: on
 from collections.abc import Sequence
 from typing import Final
 
@@ -20,7 +24,10 @@ SCHEMA_DDL: Final = (
     "timestamp timestamp, timestampType int, "
     "headers array<struct<key: string, value: binary>>"
 )
-"""The DataFrame schema, as Spark's Kafka source has it."""
+"""The DataFrame schema with ``includeHeaders=true``, as Spark's Kafka source has it."""
+SCHEMA_DDL_NO_HEADERS: Final = SCHEMA_DDL.rsplit(", headers", 1)[0]
+"""The DataFrame schema by default: Kafka's source has ``headers`` only with
+``includeHeaders=true``."""
 
 HEADERS_TYPE: Final = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 ARROW_SCHEMA: Final = pa.schema(
@@ -35,8 +42,19 @@ ARROW_SCHEMA: Final = pa.schema(
         ("headers", HEADERS_TYPE),
     ]
 )
+ARROW_SCHEMA_NO_HEADERS: Final = ARROW_SCHEMA.remove(ARROW_SCHEMA.get_field_index("headers"))
 _MS: Final = pa.timestamp("ms", tz="UTC")
 _NO_HEADERS: Final = pa.array([], HEADERS_TYPE.value_type)
+
+
+def schema_ddl(include_headers: bool) -> str:
+    """The DataFrame schema of a read, with or without ``headers``."""
+    return SCHEMA_DDL if include_headers else SCHEMA_DDL_NO_HEADERS
+
+
+def without_headers(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` (in ARROW_SCHEMA) without its ``headers`` column (no copy)."""
+    return pa.RecordBatch.from_arrays(batch.columns[:-1], schema=ARROW_SCHEMA_NO_HEADERS)
 
 
 def to_arrow(records: Sequence[ConsumerRecord]) -> pa.RecordBatch:

@@ -8,14 +8,27 @@ over partitions by backlog) and, under ``Trigger.AvailableNow``, never goes
 past the end the cluster had when the query started. A partition that appears
 while the query runs (a topic grew) is read from its log start.
 
+A starting offset past a partition's end fails the query when it starts
+(``failOnDataLoss=true``, the default), or starts that partition at its end
+with a warning. A topic deleted while the query runs fails it, naming the
+topic, or with ``failOnDataLoss=false`` the query carries on with the other
+topics. Calls to the cluster that fail with retriable errors (a broker
+restarting, a leader moving) are retried for up to ``retryTimeoutMs`` with a
+new admin client.
+
 The reader runs on the driver, where Spark keeps it for the whole query; it
 opens its admin connection on first use and is pickled without it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+# isort: off
+import spark_connector._needs_extra  # noqa: F401  (first: a missing extra is one line)
+
+# isort: on
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -27,7 +40,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from mq.client.sync import SyncAdmin
-from spark_connector.options import ReadOptions
+from spark_connector.options import OptionError, ReadOptions
 from spark_connector.ranges import (
     OffsetRange,
     Partitioned,
@@ -41,10 +54,15 @@ from spark_connector.reader import (
     DataLossError,
     RangePartition,
     admin_for,
+    existing_partitions,
     list_offsets,
-    partitions_of,
     read_range,
 )
+from spark_connector.retry import retrying
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -65,14 +83,48 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._admin = admin_for(self.options)
         return self._admin
 
-    def _offsets(self) -> tuple[list[tuple[str, int]], Partitioned, Partitioned]:
-        partitions = partitions_of(self.admin, self.options.topics)
-        earliest, latest = list_offsets(self.admin, partitions)
-        return partitions, earliest, latest
+    def _call(self, what: str, call: Callable[[SyncAdmin], T]) -> T:
+        """``call(admin)``, retried with a new admin on retriable errors (``retryTimeoutMs``)."""
+        return retrying(
+            what, self.options.retry_timeout_ms, lambda: call(self.admin), self._drop_admin
+        )
+
+    def _drop_admin(self) -> None:
+        if self._admin is not None:
+            admin, self._admin = self._admin, None
+            try:
+                admin.close(timeout_s=5)
+            except Exception as exc:  # it failed already: closing is best effort
+                log.debug("mq-spark: closing a failed admin client: %r", exc)
+
+    def _offsets(self) -> tuple[list[tuple[str, int]], list[str], Partitioned, Partitioned]:
+        """The partitions of the topics that exist, the topics that do not, and the
+        (log start, end) of each partition."""
+
+        def offsets(
+            admin: SyncAdmin,
+        ) -> tuple[list[tuple[str, int]], list[str], Partitioned, Partitioned]:
+            partitions, missing = existing_partitions(admin, self.options.topics)
+            return partitions, missing, *list_offsets(admin, partitions)
+
+        return self._call("listing the offsets of " + ", ".join(self.options.topics), offsets)
 
     def initialOffset(self) -> dict[str, Any]:
-        partitions, earliest, latest = self._offsets()
+        partitions, missing, earliest, latest = self._offsets()
+        if missing:
+            raise OptionError(f"topic(s) {missing} do not exist")
         start = resolve(self.options.starting, partitions, earliest, latest, "latest")
+        for tp, offset in sorted(start.items()):
+            if offset > latest[tp]:
+                where = (
+                    f"startingOffsets asks {tp[0]}-{tp[1]} from {offset}, past its end {latest[tp]}"
+                )
+                if self.options.fail_on_data_loss:
+                    raise DataLossError(
+                        f"{where}; set failOnDataLoss=false to start there at its end instead"
+                    )
+                log.warning("mq-spark: %s; failOnDataLoss=false: starting at its end", where)
+                start[tp] = latest[tp]
         return to_json_dict(start)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -81,16 +133,24 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.options.max_offsets_per_trigger)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._offsets()[2]
+        self._target = self._offsets()[3]
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         begin = from_json_dict(start)
-        partitions, earliest, latest = self._offsets()
+        partitions, missing, earliest, latest = self._offsets()
         gone = sorted(set(begin) - set(partitions))
-        if gone and self.options.fail_on_data_loss:
-            raise DataLossError(
-                f"partitions {gone} are gone (topic deleted?); set failOnDataLoss=false to go on"
+        if gone:
+            deleted = sorted({topic for topic, _ in gone} & set(missing))
+            what = (
+                f"topic(s) {deleted} deleted while the query ran"
+                if deleted
+                else f"partitions {gone} are gone"
             )
+            if self.options.fail_on_data_loss:
+                raise DataLossError(
+                    f"{what}; set failOnDataLoss=false to carry on with the other topics"
+                )
+            log.warning("mq-spark: %s; failOnDataLoss=false: going on without them", what)
         begin = {tp: begin.get(tp, earliest[tp]) for tp in partitions}
         if self._target is not None:
             latest = {tp: min(latest[tp], self._target.get(tp, earliest[tp])) for tp in latest}
@@ -102,18 +162,19 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return to_json_dict(latest)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
-        return to_json_dict(self._offsets()[2])
+        return to_json_dict(self._offsets()[3])
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[RangePartition]:
         begin, until = from_json_dict(start), from_json_dict(end)
         new = [tp for tp in until if tp not in begin]
         if new:  # partitions that appeared in this micro-batch: from their log start
-            earliest = list_offsets(self.admin, new)[0]
+            earliest = self._call("listing new partitions", lambda a: list_offsets(a, new)[0])
             begin = {**begin, **{tp: min(earliest[tp], until[tp]) for tp in new}}
         return [RangePartition(*r) for r in plan(begin, until, self.options.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):  # Spark's placeholder: nothing to read
+            return iter(())
         r = OffsetRange(partition.topic, partition.partition, partition.start, partition.end)
         return read_range(self.options, r)
 
@@ -121,6 +182,27 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to do: the query's checkpoint holds its offsets (as Kafka's source)."""
 
     def stop(self) -> None:
-        if self._admin is not None:
-            self._admin.close()
-            self._admin = None
+        self._drop_admin()
+
+
+class RefusedStream(DataSourceStreamReader):
+    """A stream whose options were refused: its first call raises the option's error.
+
+    (Options a batch read accepts but a stream does not, such as ``endingOffsets``:
+    ``load()`` cannot tell a stream from a batch read.)
+    """
+
+    def __init__(self, error: OptionError) -> None:
+        self.error = error
+
+    def initialOffset(self) -> dict[str, Any]:
+        raise self.error
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        raise self.error
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[RangePartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        raise self.error

@@ -3,9 +3,12 @@
 The columns are those of Spark's Kafka sink: ``value`` (binary or string,
 required), and optionally ``key`` (binary or string), ``headers``
 (array<struct<key string, value binary>>), ``partition`` (int) and ``topic``
-(string; else the ``topic`` option). Other columns are ignored, so a
-DataFrame read from mq can be written back as it is. The schema is checked on
-the driver, before any task runs.
+(string). As in Spark's Kafka sink, the ``topic`` option wins over a
+``topic`` column: a DataFrame read from topic A (its rows carry ``topic =
+A``) and written with ``option("topic", "B")`` goes to B, all of it; without
+the option each row goes to its ``topic`` column (a null there is an error).
+Other columns are ignored, so a DataFrame read from mq can be written back as
+it is. The schema is checked on the driver, before any task runs.
 
 Each Spark task produces its rows with an idempotent ``acks=all`` producer:
 a retried request never duplicates, and the task ends only when every row is
@@ -16,6 +19,10 @@ transaction to undo a failed task's rows.
 
 from __future__ import annotations
 
+# isort: off
+import spark_connector._needs_extra  # noqa: F401  (first: a missing extra is one line)
+
+# isort: on
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -141,8 +148,9 @@ def produce(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> int:
 Row = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes | None]], int | None]
 
 
-def records_of(batch: pa.RecordBatch, default_topic: str | None) -> list[Row]:
-    """(topic, value, key, headers, partition) for each row of ``batch``."""
+def records_of(batch: pa.RecordBatch, topic: str | None) -> list[Row]:
+    """(topic, value, key, headers, partition) for each row of ``batch``: every row to
+    ``topic`` (the option) if given, else to the row's ``topic`` column."""
     n = batch.num_rows
     names = batch.schema.names
     values = _binary(batch.column(names.index("value")))
@@ -157,16 +165,13 @@ def records_of(batch: pa.RecordBatch, default_topic: str | None) -> list[Row]:
         ]
     else:
         headers = [[] for _ in range(n)]
-    if "topic" in names:
-        topics = [
-            t if t is not None else default_topic
-            for t in batch.column(names.index("topic")).to_pylist()
-        ]
+    if topic is not None:  # the option wins over the column, as in Kafka's sink
+        topics = [topic] * n
+    else:
+        topics = batch.column(names.index("topic")).to_pylist()
         if None in topics:
             raise OptionError("a row has a null 'topic' and there is no 'topic' option")
-    else:
-        topics = [default_topic] * n
-    return list(zip(topics, values, keys, headers, partitions, strict=True))  # type: ignore[arg-type]
+    return list(zip(topics, values, keys, headers, partitions, strict=True))
 
 
 def _binary(column: pa.Array) -> list[bytes | None]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 import pytest
 from client_helpers import admin, consume
 
-from mq import Producer, TopicPartition
+from mq import Producer, SyncAdmin, SyncProducer, TopicPartition
 from mq.errors import ClientStateError, RecordTooLargeError, UnknownTopicOrPartitionError
 
 TEST_TIMEOUT_S = 30
@@ -102,3 +103,38 @@ async def test_send_many_with_an_idempotent_producer(bootstrap: str) -> None:
         tp = TopicPartition(topic, 0)
         got = (await consume(bootstrap, [tp], 3_001))[tp]
         assert [r.value for r in got] == [*sent[:1_000], b"between", *sent[1_000:]]
+
+
+def test_sync_send_many_takes_the_batched_path_and_keeps_order(
+    bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of keyless records go through Producer.send_many; a keyed one goes alone."""
+    topic = "send-many-sync"
+    calls = {"send": 0, "send_many": 0}
+    real_send, real_many = Producer.send, Producer.send_many
+
+    async def send(self: Producer, *args: Any, **kwargs: Any) -> Any:
+        calls["send"] += 1
+        return await real_send(self, *args, **kwargs)
+
+    async def send_many(self: Producer, *args: Any, **kwargs: Any) -> Any:
+        calls["send_many"] += 1
+        return await real_many(self, *args, **kwargs)
+
+    monkeypatch.setattr(Producer, "send", send)
+    monkeypatch.setattr(Producer, "send_many", send_many)
+    records: list[dict[str, Any]] = [
+        {"topic": topic, "value": b"%d" % i, "partition": 0} for i in range(1_000)
+    ]
+    records[500]["key"] = b"keyed"  # sent alone, in its place
+    records[600]["headers"] = []  # no headers: still the batched path
+    with SyncAdmin(bootstrap) as client:
+        client.create_topic(topic, 2)
+    with SyncProducer(bootstrap) as producer:
+        metas = producer.send_many(records, timeout_s=TEST_TIMEOUT_S)
+    assert [(m.partition, m.offset) for m in metas] == [(0, i) for i in range(1_000)]
+    assert calls == {"send": 1, "send_many": 2}
+    got = asyncio.run(consume(bootstrap, [TopicPartition(topic, 0)], 1_000))
+    records_read = got[TopicPartition(topic, 0)]
+    assert [r.value for r in records_read] == [b"%d" % i for i in range(1_000)]
+    assert records_read[500].key == b"keyed"

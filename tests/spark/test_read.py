@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -57,7 +58,11 @@ def rows(df: DataFrame) -> dict[tuple[int, int], Row]:
     return out
 
 
-def read(spark: SparkSession, bootstrap: str, **options: Any) -> DataFrame:
+def read(spark: SparkSession, bootstrap: str, headers: bool = True, **options: Any) -> DataFrame:
+    """A batch read; with ``includeHeaders=true`` unless ``headers`` is False (the rows
+    compare headers)."""
+    if headers:
+        options.setdefault("includeHeaders", "true")
     reader = spark.read.format("mq").option("bootstrap", bootstrap)
     for name, value in options.items():
         reader = reader.option(name, value if isinstance(value, str) else json.dumps(value))
@@ -133,6 +138,60 @@ def test_deleted_records_are_data_loss_unless_allowed(spark: SparkSession, boots
     assert read(spark, bootstrap, topic="read-lost").count() == 500  # earliest: the new start
 
 
+def test_headers_are_a_column_only_with_include_headers(
+    spark: SparkSession, bootstrap: str
+) -> None:
+    produce(bootstrap, "read-headers", 20, partitions=1)
+    plain = spark.read.format("mq").option("bootstrap", bootstrap).option("topic", "read-headers")
+    df = plain.load()
+    assert "headers" not in df.columns
+    assert df.columns[-1] == "timestampType"
+    assert df.count() == 20
+    with_headers = read(spark, bootstrap, topic="read-headers", includeHeaders="true")
+    assert with_headers.columns[-1] == "headers"
+    assert sum(len(r.headers) for r in with_headers.collect()) == 2 * 5  # records 0, 4, .. 16
+
+
+def test_empty_topics_and_empty_ranges_read_as_empty(spark: SparkSession, bootstrap: str) -> None:
+    with SyncAdmin(bootstrap) as admin:
+        admin.create_topic("read-empty", 2)
+    assert read(spark, bootstrap, False, topic="read-empty").collect() == []
+    produce(bootstrap, "read-some", 10, partitions=1)
+    assert read(spark, bootstrap, False, topic="read-some", startingOffsets="latest").count() == 0
+    at_four = {"read-some": {"0": 4}}
+    df = read(
+        spark, bootstrap, False, topic="read-some", startingOffsets=at_four, endingOffsets=at_four
+    )
+    assert df.collect() == []
+    assert read(spark, bootstrap, False, topic="read-some").count() == 10
+
+
+def test_a_batch_read_ignores_max_offsets_per_trigger(spark: SparkSession, bootstrap: str) -> None:
+    produce(bootstrap, "read-no-cap", 50, partitions=1)
+    assert (
+        read(spark, bootstrap, False, topic="read-no-cap", maxOffsetsPerTrigger="10").count() == 50
+    )
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("startingOffsetz", "earliest", "unknown option(s) startingoffsetz"),
+        ("failOnDataLoss", "maybe", "failOnDataLoss is true or false"),
+        ("retryTimeoutMs", "soon", "retryTimeoutMs is a whole number > 0"),
+    ],
+)
+def test_option_errors_come_at_load(
+    spark: SparkSession, bootstrap: str, option: str, value: str, message: str
+) -> None:
+    """At load(), before any action, for batch reads and streams alike."""
+    for reader in (spark.read, spark.readStream):
+        configured = reader.format("mq").option("bootstrap", bootstrap).option("topic", "any")
+        with pytest.raises(Exception, match=re.escape(message)) as raised:
+            configured.option(option, value).load()
+        assert "UnboundLocalError" not in str(raised.value)
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -140,6 +199,10 @@ def test_deleted_records_are_data_loss_unless_allowed(spark: SparkSession, boots
         ({"topic": "read-all", "startingOffsetz": "earliest"}, "unknown option"),
         ({"topic": "read-all", "endingOffsets": {"read-all": {"0": 10**9}}}, "past its end"),
         ({"topic": "read-all", "startingOffsets": {"read-all": {"9": 0}}}, "does not have"),
+        (
+            {"topic": "read-all", "startingOffsets": {"read-all": {"0": 10**9}}},
+            "is after endingOff",
+        ),
     ],
 )
 def test_bad_options_fail_with_a_clear_message(

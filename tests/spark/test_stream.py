@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from mq.client.sync import SyncAdmin, SyncProducer
 
@@ -89,3 +91,73 @@ def test_a_new_query_starts_at_latest_by_default(
     produce(bootstrap, "stream-latest", 100, 50)
     assert run_available_now(spark, bootstrap, "stream-latest", tmp_path) == [50]
     assert values_in(spark, tmp_path) == list(range(100, 150))
+
+
+def start_available_now(
+    spark: SparkSession, bootstrap: str, topic: str, out: Path, **options: str
+) -> StreamingQuery:
+    reader = spark.readStream.format("mq").option("bootstrap", bootstrap).option("topic", topic)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return (
+        reader.load()
+        .selectExpr("CAST(value AS STRING) AS value")
+        .writeStream.format("parquet")
+        .option("path", str(out / "data"))
+        .option("checkpointLocation", str(out / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+
+
+def failure_of(query: StreamingQuery) -> str:
+    """The message the query failed with (bounded wait)."""
+    try:
+        query.awaitTermination(120)
+    except StreamingQueryException as exc:
+        return str(exc)
+    query.stop()
+    raise AssertionError("the query did not fail")
+
+
+def test_a_starting_offset_past_the_end_fails_unless_data_loss_is_allowed(
+    spark: SparkSession, bootstrap: str, tmp_path: Path
+) -> None:
+    with SyncAdmin(bootstrap) as admin:
+        admin.create_topic("stream-past-end", 2)
+    produce(bootstrap, "stream-past-end", 0, 20)
+    past = '{"stream-past-end": {"0": 500}}'
+    query = start_available_now(
+        spark, bootstrap, "stream-past-end", tmp_path / "strict", startingOffsets=past
+    )
+    error = failure_of(query)
+    assert "startingOffsets asks stream-past-end-0 from 500, past its end" in error
+    assert "UnboundLocalError" not in error
+
+    lenient = tmp_path / "lenient"
+    query = start_available_now(
+        spark,
+        bootstrap,
+        "stream-past-end",
+        lenient,
+        startingOffsets=past,
+        failOnDataLoss="false",
+    )
+    assert query.awaitTermination(120)
+    assert query.exception() is None
+    produce(bootstrap, "stream-past-end", 20, 10)  # partition 0 from its end, 1 from latest
+    run_available_now(
+        spark, bootstrap, "stream-past-end", lenient, startingOffsets=past, failOnDataLoss="false"
+    )
+    assert values_in(spark, lenient) == list(range(20, 30))
+
+
+def test_a_batch_only_option_fails_a_stream_naming_it(
+    spark: SparkSession, bootstrap: str, tmp_path: Path
+) -> None:
+    with SyncAdmin(bootstrap) as admin:
+        admin.create_topic("stream-ending", 1)
+    query = start_available_now(spark, bootstrap, "stream-ending", tmp_path, endingOffsets="latest")
+    error = failure_of(query)
+    assert "endingOffsets is for batch reads" in error
+    assert "UnboundLocalError" not in error

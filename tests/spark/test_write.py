@@ -68,21 +68,40 @@ def test_one_task_keeps_its_rows_in_order(spark: SparkSession, bootstrap: str) -
     assert [int(value or b"") for _, value, _ in got[0]] == list(range(5_000))
 
 
-def test_a_topic_column_routes_rows_and_the_option_fills_nulls(
-    spark: SparkSession, bootstrap: str
-) -> None:
+def test_a_topic_column_routes_rows_without_the_option(spark: SparkSession, bootstrap: str) -> None:
     with SyncAdmin(bootstrap) as admin:
         admin.create_topic("write-a", 1)
         admin.create_topic("write-b", 1)
     df = spark.createDataFrame(
-        [("write-a", b"1"), ("write-b", b"2"), (None, b"3"), ("write-a", b"4")],
+        [("write-a", b"1"), ("write-b", b"2"), ("write-a", b"4")],
         "topic string, value binary",
     ).coalesce(1)
-    df.write.format("mq").option("bootstrap", bootstrap).option("topic", "write-b").mode(
+    df.write.format("mq").option("bootstrap", bootstrap).mode("append").save()
+    assert [v for _, v, _ in records_in(bootstrap, "write-a", 1, 2)[0]] == [b"1", b"4"]
+    assert [v for _, v, _ in records_in(bootstrap, "write-b", 1, 1)[0]] == [b"2"]
+    nulls = spark.createDataFrame([(None, b"3")], "topic string, value binary")
+    with pytest.raises(Exception, match="null 'topic' and there is no 'topic' option"):
+        nulls.write.format("mq").option("bootstrap", bootstrap).mode("append").save()
+
+
+def test_the_topic_option_wins_over_a_topic_column(spark: SparkSession, bootstrap: str) -> None:
+    """As in Kafka's sink: a DataFrame read from A, written with topic=B, goes all to B."""
+    with SyncAdmin(bootstrap) as admin:
+        admin.create_topic("write-from", 2)
+        admin.create_topic("write-to", 2)
+    with SyncProducer(bootstrap) as producer:
+        producer.send_many(
+            {"topic": "write-from", "value": b"%d" % i, "partition": i % 2} for i in range(100)
+        )
+    df = spark.read.format("mq").option("bootstrap", bootstrap).option("topic", "write-from")
+    df.load().write.format("mq").option("bootstrap", bootstrap).option("topic", "write-to").mode(
         "append"
     ).save()
-    assert [v for _, v, _ in records_in(bootstrap, "write-a", 1, 2)[0]] == [b"1", b"4"]
-    assert [v for _, v, _ in records_in(bootstrap, "write-b", 1, 2)[0]] == [b"2", b"3"]
+    got = records_in(bootstrap, "write-to", 2, 100)
+    assert sorted(int(v or b"") for rs in got.values() for _, v, _ in rs) == list(range(100))
+    with SyncAdmin(bootstrap) as admin:
+        ends = admin.list_offsets([TopicPartition("write-from", p) for p in (0, 1)], "latest")
+    assert sum(ends.values()) == 100  # nothing added to the topic the rows came from
 
 
 @pytest.mark.parametrize(

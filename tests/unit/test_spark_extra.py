@@ -8,6 +8,8 @@ package only.
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from collections.abc import Callable
 from importlib.machinery import ModuleSpec
 from pathlib import Path
@@ -61,3 +63,24 @@ def test_the_pipeline_commands_print_one_line(
 
 def test_with_the_extra_nothing_is_missing() -> None:
     spark_connector.require_extra()  # the test venv has it (make test installs it)
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["spark_connector.source", "spark_connector.reader", "spark_connector.writer"],
+)
+def test_importing_the_connector_without_the_extra_is_one_line(module: str) -> None:
+    """As Spark's workers import it (unpickling a reader or writer), not via register()."""
+    hide = "import sys; sys.modules['pyarrow'] = None; sys.modules['numpy'] = None"
+    result = subprocess.run(
+        [sys.executable, "-c", f"{hide}\nimport {module}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("spark_connector.MissingExtraError: "), result.stderr
+    assert "needs pyarrow, numpy" in last
+    assert "pip install 'mq[spark]'" in last

@@ -27,6 +27,16 @@ def test_read_options_defaults_differ_for_batch_and_stream() -> None:
     stream = parse_read_options({"TOPIC": "a", "MaxOffsetsPerTrigger": "10"}, "stream")
     assert stream.starting == "latest"
     assert stream.max_offsets_per_trigger == 10
+    assert not stream.include_headers
+    assert stream.retry_timeout_ms == 30_000
+
+
+def test_batch_reads_ignore_stream_only_options_as_kafka_does() -> None:
+    batch = parse_read_options({"topic": "t", "maxOffsetsPerTrigger": "5"}, "batch")
+    assert batch.max_offsets_per_trigger is None
+    options = {"topic": "t", "includeHeaders": "TRUE", "retryTimeoutMs": "5000"}
+    stream = parse_read_options(options, "stream")
+    assert (stream.include_headers, stream.retry_timeout_ms) == (True, 5000)
 
 
 def test_offset_json_is_kafkas_format() -> None:
@@ -48,8 +58,10 @@ def test_offset_json_is_kafkas_format() -> None:
         ({}, "batch", "option 'topic' is required"),
         ({"topic": "a,,b"}, "batch", "empty name"),
         ({"topic": "t", "startingOffset": "earliest"}, "batch", "unknown option(s) startingoffset"),
-        ({"topic": "t", "endingOffsets": "latest"}, "stream", "unknown option(s) endingoffsets"),
-        ({"topic": "t", "maxOffsetsPerTrigger": "5"}, "batch", "unknown option"),
+        ({"topic": "t", "endingOffsets": "latest"}, "stream", "endingOffsets is for batch reads"),
+        ({"topic": "t", "maxOffsetsPerTrigger": "0"}, "batch", "maxOffsetsPerTrigger is"),
+        ({"topic": "t", "includeHeaders": "1"}, "batch", "includeHeaders is true or false"),
+        ({"topic": "t", "retryTimeoutMs": "-5"}, "stream", "retryTimeoutMs is a whole number"),
         ({"topic": "t", "startingOffsets": "first"}, "batch", "startingOffsets is 'earliest'"),
         ({"topic": "t", "startingOffsets": "[1]"}, "batch", "must be an object of topics"),
         ({"topic": "t", "startingOffsets": '{"t": 3}'}, "batch", "must map partitions"),
