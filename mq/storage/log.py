@@ -332,15 +332,11 @@ class Log:
             and checkpoint == self.chain.checkpointed
         ):
             return None
-        try:
-            fd = active.dup_fd() if active.size > self.chain.active_synced else None
-        except OSError as exc:
-            raise self.fail("flush", exc) from exc
         return FlushJob(
             self.directory,
             self.io,
             list(self.chain.unsynced),
-            fd,
+            active.file if active.size > self.chain.active_synced else None,
             active.size,
             self.chain.generation,
             checkpoint if checkpoint != self.chain.checkpointed else None,
@@ -352,7 +348,7 @@ class Log:
             raise self.fail("sync", job.error) from job.error
         done = set(map(id, job.sealed))
         self.chain.unsynced = [s for s in self.chain.unsynced if id(s) not in done]
-        if job.active_fd is not None and job.active_generation == self.chain.generation:
+        if job.active_file is not None and job.active_generation == self.chain.generation:
             self.chain.active_synced = max(self.chain.active_synced, job.active_size)
         if job.checkpoint is not None:
             self.chain.checkpointed = job.checkpoint
