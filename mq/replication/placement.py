@@ -21,6 +21,9 @@ replicas to the target and moves leadership to the target's preferred leader;
 :func:`rebalance_plan` computes the targets that spread replicas and preferred
 leaders evenly over a set of brokers.
 
+:func:`over_capacity` says when a new topic's replicas would take a broker past
+the partitions it may host (its file budget, registered with it).
+
 Pure functions: no I/O, no clock.
 """
 
@@ -383,4 +386,30 @@ def _leader_path(
                         node = previous
                     return steps[::-1]
                 queue.append(taker)
+    return None
+
+
+def over_capacity(
+    limits: Mapping[int, int],
+    existing: Iterable[Sequence[int]],
+    new: Sequence[Sequence[int]],
+) -> str | None:
+    """Why the replica lists ``new`` would take a broker past its limit, or None.
+
+    ``limits`` is each broker's most hosted replicas (0: none known),
+    ``existing`` the replica lists of every partition already placed. Costs one
+    pass over them (a create is rare; 10,000 partitions take milliseconds).
+    """
+    adding = Counter(node for replicas in new for node in replicas)
+    capped = {node for node in adding if limits.get(node, 0) > 0}
+    if not capped:
+        return None
+    hosted = Counter(node for replicas in existing for node in replicas if node in capped)
+    for node in sorted(capped):
+        limit = limits[node]
+        if hosted[node] + adding[node] > limit:
+            return (
+                f"broker {node} hosts {hosted[node]} partitions and may host {limit} "
+                f"(max_partitions, from its file budget): {adding[node]} more are refused"
+            )
     return None

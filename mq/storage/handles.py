@@ -191,21 +191,22 @@ class FileCache:
     def _evict_over(self, keep: int) -> None:
         """Close unpinned descriptors, oldest use first, until at most ``keep`` are open
         (lock held); pinned ones stay whatever their number."""
-        if len(self._open) <= keep:
-            return
-        for handle in list(self._open):
-            if len(self._open) <= keep:
-                break
+        pinned: list[FileHandle] = []
+        while len(self._open) + len(pinned) > keep and self._open:
+            handle, _ = self._open.popitem(last=False)
             if handle.pins:
+                pinned.append(handle)
                 continue
             fd, handle.fd = handle.fd, None
-            del self._open[handle]
             self.evictions += 1
             if fd is not None:
                 try:
                     handle.io.close(fd)
                 except OSError as exc:  # nothing was written through it since the last sync
                     log.warning("closing %s: %s", handle.path, exc)
+        for handle in reversed(pinned):  # back where they were, oldest first
+            self._open[handle] = None
+            self._open.move_to_end(handle, last=False)
 
 
 class Mapped(Protocol):
