@@ -54,6 +54,32 @@ OUT_OF_FDS = frozenset({errno.EMFILE, errno.ENFILE})
 """``open`` failures that mean "no descriptor left" (this process, the system)."""
 
 
+class DescriptorsExhausted(OSError):
+    """EMFILE or ENFILE even after closing every cached descriptor, raised before
+    anything was written: the caller may fail this one request (retriable) and
+    stay online, unlike a failed write."""
+
+
+def open_file(io: FileIO, path: Path, *, create: bool = False) -> int:
+    """``io.open`` for writing, EMFILE and ENFILE closing the cache and trying once
+    more, then raising :class:`DescriptorsExhausted`."""
+    try:
+        return io.open(path, create=create)
+    except OSError as exc:
+        if exc.errno not in OUT_OF_FDS:
+            raise
+        log.warning("out of file descriptors opening %s (%s): closing cached files", path, exc)
+    FILES.close_unpinned()
+    try:
+        return io.open(path, create=create)
+    except OSError as exc:
+        if exc.errno not in OUT_OF_FDS:
+            raise
+        raise DescriptorsExhausted(
+            exc.errno, f"{exc.strerror} (even after closing cached files)"
+        ) from exc
+
+
 class FileHandle:
     """An active segment's file, kept open through a :class:`FileCache`.
 
@@ -108,8 +134,8 @@ class FileCache:
     def pin(self, handle: FileHandle) -> int:
         """The handle's descriptor, opened if evicted, held open until :meth:`unpin`.
 
-        Raises OSError if the file cannot be opened (EMFILE and ENFILE after
-        closing every unpinned descriptor once and trying again).
+        Raises OSError if the file cannot be opened (:class:`DescriptorsExhausted`
+        when EMFILE or ENFILE persist after closing every unpinned descriptor).
         """
         fd = self.try_pin(handle)
         if fd is None:
@@ -151,6 +177,11 @@ class FileCache:
         finally:
             self.unpin(handle)
 
+    def close_unpinned(self) -> None:
+        """Close every descriptor nobody is using (the process ran out of them)."""
+        with self._lock:
+            self._evict_over(0)
+
     def forget(self, handle: FileHandle) -> None:
         """Close the handle's descriptor (if open) and drop it: the segment is sealed or gone.
 
@@ -182,7 +213,14 @@ class FileCache:
                 sum(1 for h in self._open if not h.pins),
             )
             self._evict_over(0)
-            fd = handle.io.open(handle.path)
+            try:
+                fd = handle.io.open(handle.path)
+            except OSError as again:
+                if again.errno not in OUT_OF_FDS:
+                    raise
+                raise DescriptorsExhausted(
+                    again.errno, f"{again.strerror} (even after closing cached files)"
+                ) from again
         self.opens += 1
         handle.fd = fd
         self._open[handle] = None

@@ -46,6 +46,7 @@ from mq.storage.config import LogConfig
 from mq.storage.epochs import LeaderEpochCache
 from mq.storage.fileio import DEFAULT_IO, FileIO
 from mq.storage.flush import FlushJob
+from mq.storage.handles import DescriptorsExhausted
 from mq.storage.recovery import open_segments
 from mq.storage.segment import MAX_RELATIVE_OFFSET, Segment, Slice
 
@@ -250,6 +251,10 @@ class Log:
             if self._must_roll(active, len(data), last):
                 active = self.roll(first)
             active.append(data, headers, assign)
+        except DescriptorsExhausted as exc:  # nothing written: this append fails, not the log
+            raise StorageError(
+                f"{self.directory.name}: out of file descriptors, try again: {exc}"
+            ) from exc
         except OSError as exc:
             raise self.fail("append", exc) from exc
 
@@ -300,9 +305,9 @@ class Log:
         return self.clock() - self._opened_ms >= self.config.segment_ms
 
     def roll(self, base_offset: int) -> Segment:
+        """Seal the active segment and start a new one (made first: a process out of
+        descriptors fails the roll before anything changed)."""
         old = self.chain.segments[-1]
-        old.seal()
-        self.chain.unsynced.append(old)
         new = Segment.create(
             self.directory,
             base_offset,
@@ -310,6 +315,12 @@ class Log:
             self.config.index_interval_bytes,
             self.config.segment_bytes,
         )
+        try:
+            old.seal()
+        except BaseException:
+            new.delete()
+            raise
+        self.chain.unsynced.append(old)
         self.chain.segments.append(new)
         self.chain.bases.append(base_offset)
         self.chain.active_synced = 0

@@ -45,7 +45,7 @@ from mq.records.batch import (
     set_offset_and_epoch,
 )
 from mq.storage.fileio import FileIO
-from mq.storage.handles import FILES, MAPS, FileHandle
+from mq.storage.handles import FILES, MAPS, FileHandle, open_file
 from mq.storage.index import OffsetIndex, TimeIndex
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ class Segment:
     ) -> Segment:
         """A new, empty active segment."""
         seg = cls(directory, base_offset, io, index_interval)
-        seg._adopt(io.open(seg.path, create=True))
+        seg._adopt(open_file(io, seg.path, create=True))
         try:
             seg._map_active(capacity)
         except BaseException:
@@ -206,7 +206,7 @@ class Segment:
         (it is then full and the next append rolls).
         """
         self._release_map()
-        self._adopt(self._io.open(self.path))
+        self._adopt(open_file(self._io, self.path))
         self._map_active(max(capacity, self.size))
 
     def _adopt(self, fd: int) -> None:

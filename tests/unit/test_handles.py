@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from storage_helpers import make_batch
 
+from mq.errors import StorageError
 from mq.storage import handles
 from mq.storage.config import KiB, LogConfig
 from mq.storage.fileio import FileIO
@@ -293,3 +294,57 @@ def test_many_logs_share_a_few_descriptors(tmp_path: Path, small_caches: None) -
     for log in reopened:
         log.close()
     assert open_fds() == before
+
+
+class Exhausted(FileIO):
+    """Refuses to open a segment for writing with EMFILE while ``refusing``."""
+
+    refusing = False
+
+    def open(self, path: Path, *, create: bool = False, write: bool = True) -> int:
+        if self.refusing and write and path.suffix == ".log":
+            raise OSError(errno.EMFILE, "Too many open files")
+        return super().open(path, create=create, write=write)
+
+
+def test_out_of_descriptors_fails_the_append_not_the_log(
+    tmp_path: Path, small_caches: None
+) -> None:
+    handles.configure(1, 64)
+    io = Exhausted()
+    log = Log.open(tmp_path / "t-0", CONFIG, io=io)
+    other = Log.open(tmp_path / "t-1", CONFIG)  # takes the one cached descriptor
+    io.refusing = True
+    with pytest.raises(StorageError, match="out of file descriptors") as caught:
+        fill(log, 1, value_size=100)
+    assert caught.value.retriable
+    assert log.offline is None
+    assert log.next_offset == 0
+    io.refusing = False
+    fill(log, 1, value_size=100)
+    assert log.next_offset == 4
+    log.close()
+    other.close()
+
+
+def test_out_of_descriptors_at_a_roll_changes_nothing(tmp_path: Path, small_caches: None) -> None:
+    handles.configure(4, 64)
+    io = Exhausted()
+    log = Log.open(tmp_path / "t-0", CONFIG, io=io)
+    fill(log, 5)  # ~60 KB of the 64 KiB segment
+    io.refusing = True
+    handles.FILES.close_unpinned()  # the active file must be opened again too
+    with pytest.raises(StorageError, match="out of file descriptors"):
+        fill(log, 1)  # would roll
+    assert log.offline is None
+    assert len(log.segments) == 1
+    assert sorted(p.name for p in (tmp_path / "t-0").glob("*.log")) == [
+        "00000000000000000000.log"
+    ]
+    io.refusing = False
+    fill(log, 1)
+    assert len(log.segments) == 2
+    found = log.read(0, 1 << 20)
+    assert found is not None
+    assert found.next_offset == 20
+    log.close()
