@@ -338,9 +338,7 @@ def test_out_of_descriptors_at_a_roll_changes_nothing(tmp_path: Path, small_cach
         fill(log, 1)  # would roll
     assert log.offline is None
     assert len(log.segments) == 1
-    assert sorted(p.name for p in (tmp_path / "t-0").glob("*.log")) == [
-        "00000000000000000000.log"
-    ]
+    assert sorted(p.name for p in (tmp_path / "t-0").glob("*.log")) == ["00000000000000000000.log"]
     io.refusing = False
     fill(log, 1)
     assert len(log.segments) == 2
