@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,4 +144,62 @@ async def test_ten_thousand_partitions_under_a_thousand_descriptors(data_root: P
                 assert values == expected, tp
             assert open_fds(broker.pid) < NOFILE
     finally:
+        broker.stop()
+
+
+HOG_NOFILE = 256
+HOG_PARTITIONS = 100
+"""Fewer partitions than the file cache holds (256 - 64 reserved): when the sockets
+take the rest, a new segment finds no descriptor free until the cache gives some."""
+HOG_SOCKETS = 200
+"""More connections than the broker has descriptors left."""
+
+
+@pytest.mark.slow
+async def test_a_broker_out_of_descriptors_keeps_serving(data_root: Path) -> None:
+    """Sockets take every descriptor: rolls close cached files and go on, excess
+    connections are refused (the event loop closes them at once), and once the
+    sockets go everything is served, nothing lost and no partition offline."""
+    broker = BrokerProcess(
+        data_root / "hog",
+        nofile=HOG_NOFILE,
+        settings={"fd_reserve": 64, "offsets_partitions": OFFSETS_PARTITIONS},
+        log_settings={"segment.bytes": SEGMENT_BYTES, "max.message.bytes": 32 * 1024},
+    )
+    broker.start()
+    hogs: list[socket.socket] = []
+    try:
+        async with asyncio.timeout(TEST_TIMEOUT_S):
+            bootstrap = broker.bootstrap
+            async with Admin(bootstrap=bootstrap) as admin:
+                await admin.create_topic("hog", HOG_PARTITIONS)
+            tps = [TopicPartition("hog", p) for p in range(0, HOG_PARTITIONS, 10)]
+            during = [VALUE + b"%d" % n for n in range(BATCHES)]  # rolls a segment or two
+            async with Producer(bootstrap, acks="all", linger_ms=1) as producer:
+                await (await producer.send("hog", b"before", partition=0))
+                for _ in range(HOG_SOCKETS):  # connected before: the broker's own fds go
+                    hogs.append(socket.create_connection((broker.host, broker.port)))
+                await asyncio.sleep(1)
+                assert open_fds(broker.pid) >= HOG_NOFILE - 8  # it did run out
+                futures = [
+                    await producer.send("hog", value, partition=tp.partition)
+                    for tp in tps
+                    for value in during
+                ]
+                for future in futures:
+                    await future  # acknowledged: the cache gave its descriptors back
+            assert broker.alive
+            for hog in hogs:
+                hog.close()
+            hogs.clear()
+            await asyncio.sleep(1)
+            got = await read_all(bootstrap, tps)
+            for tp in tps:
+                expected = [b"before"] if tp.partition == 0 else []
+                assert got[tp] == [*expected, *during], tp
+        assert not any("offline" in line for line in broker.output), broker.output[-5:]
+        assert any("out of file descriptors" in line for line in broker.output)
+    finally:
+        for hog in hogs:
+            hog.close()
         broker.stop()
