@@ -26,7 +26,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 class Broker:
     """``mq serve`` on a free loopback port with a given (temporary) data directory."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, extra_args: Sequence[str] = ()) -> None:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -37,6 +37,7 @@ class Broker:
                 str(data_dir),
                 "--port",
                 "0",
+                *extra_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -295,9 +295,11 @@ class Meter:
         self.waited = (cpu_pressure_seconds() - waited) / (time.monotonic() - start)
 
 
-def one_run(broker: Broker, topic: str, settings: Settings) -> Run:
-    """W4 once: a new topic, a consumer process, the producer here; the run's figures."""
-    uvloop.run(_create_topic(broker.bootstrap, topic))
+def one_run(broker: Broker, topic: str, settings: Settings, *, create: bool = True) -> Run:
+    """W4 once: a new topic (unless ``create`` is False: the caller made it, with one
+    partition, empty), a consumer process, the producer here; the run's figures."""
+    if create:
+        uvloop.run(_create_topic(broker.bootstrap, topic))
     spawn = multiprocessing.get_context("spawn")
     ours, theirs = spawn.Pipe()
     child = spawn.Process(

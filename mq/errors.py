@@ -460,6 +460,16 @@ class InvalidReceiptError(MQError):
     default_message = "the message is not leased under this receipt"
 
 
+class ShareSessionLimitReachedError(MQError):
+    """The broker holds as many share partitions (share group x partition) as it may,
+    and none is idle enough to evict: retry later (Kafka's code and name)."""
+
+    code = 133
+    name = "SHARE_SESSION_LIMIT_REACHED"
+    retriable = True
+    default_message = "the broker's share sessions are all in use"
+
+
 # -- security (the handlers come later; the codes are part of the protocol now) ---------
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from mq.broker import limits
+from mq.broker import limits, producer_ids
 from mq.broker.catalog import LegacyCatalog, split_topic_configs, topic_log_config
 from mq.broker.config import BrokerConfig
 from mq.broker.isr import IsrManager
@@ -147,6 +147,8 @@ class Broker:
         self._tasks.append(loop.create_task(self._retention_loop(), name="retention"))
         self._tasks.append(loop.create_task(self._checkpoint_loop(), name="hw-checkpoint"))
         self._tasks.append(loop.create_task(self._supervise_lease(), name="lease"))
+        expiry = producer_ids.expire_loop(lambda: self.partitions.values(), self.config)
+        self._tasks.append(loop.create_task(expiry, name="producer-expiry"))
         self.isr.start()
         self.scrubber.start()
         if self.config.metadata is None:

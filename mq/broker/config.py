@@ -105,6 +105,59 @@ class BrokerConfig:
     (``vm.max_map_count`` less :attr:`map_reserve` and :attr:`max_segment_maps`: one
     map per hosted partition). Topics past it are refused at creation with
     POLICY_VIOLATION, before any file is made (:mod:`mq.broker.limits`)."""
+    group_max_size: int = 1_000
+    """Members one consumer group may have (Kafka's ``group.max.size``, whose default is
+    unbounded): GROUP_MAX_SIZE_REACHED past it. A member beyond a group's partition
+    count gets nothing to consume, so a thousand covers a 1,000-partition topic with
+    one consumer each; each join re-runs the assignor over every member, so the bound
+    also caps that work (N joins cost at most N x 1,000 member visits)."""
+    group_max_topics_per_member: int = 1_000
+    """Topics one member may subscribe to (Kafka has no such bound; its metadata
+    requests are bounded instead). A member keeps each name (~350 B measured per topic:
+    100,000 names took 34.6 MB per join), so a member costs at most ~0.35 MB; a client
+    with more topics than this subscribes by pattern to the ones that exist."""
+    max_groups: int = 10_000
+    """Consumer groups with members that this broker coordinates: a join that would
+    start one more fails with GROUP_MAX_SIZE_REACHED (groups that only hold committed
+    offsets do not count; an empty group's state is freed when its last member goes)."""
+    max_group_subscriptions: int = 1_000_000
+    """Subscription entries over every group this broker coordinates (one per member
+    plus one per topic it subscribes to): GROUP_MAX_SIZE_REACHED past it. Measured
+    ~120 B per entry with 30-character topic names (~350 B at the longest names), so
+    members' subscriptions take ~120-350 MB at most, whatever ``max_groups`` times
+    ``group_max_size`` times ``group_max_topics_per_member`` would allow."""
+    max_share_sessions: int = 2_000
+    """Share partitions (share group x partition) this broker keeps loaded (Kafka's
+    ``group.share.max.share.sessions`` default): past it, the least recently used idle
+    one is saved-and-evicted, or the receive fails with a retriable
+    SHARE_SESSION_LIMIT_REACHED if none is idle. Each holds a window of at most
+    ``MAX_WINDOW`` records, so this bounds the memory share groups can take."""
+    max_share_groups_per_partition: int = 100
+    """Share groups loaded at once on one partition: one topic named by many group ids
+    cannot take every share session of the broker (Kafka bounds share groups per
+    cluster, ``group.share.max.groups``, at 10)."""
+    share_session_idle_ms: int = 300_000
+    """A share partition with no receive or settle for this long, whose state is saved
+    and which nobody waits on, is dropped from memory; its next receive reloads it
+    from ``__share_state`` (nothing acknowledged is lost: only saved state is evicted).
+    At least 1 s whatever the setting (``share_sessions.PRESSURE_MIN_IDLE_S``): a
+    receive holds its sessions without marking them for milliseconds at a time."""
+    share_fence_entries: int = 10_000
+    """Share partitions whose admitted epoch a state-partition leader remembers beyond
+    what its metadata view already says (:class:`mq.broker.share_store.ShareStateStore`):
+    entries the view covers are dropped, and past this many the oldest go first."""
+    producer_id_expiration_ms: int = 86_400_000
+    """An idempotent producer whose newest batch on a partition is older than this is
+    forgotten there (Kafka's ``producer.id.expiration.ms``, 1 day); a retry after that
+    gets UNKNOWN_PRODUCER_ID. Applied at open too, so a restart agrees with a pass."""
+    producer_id_expiration_check_ms: int = 600_000
+    """How often expired producer ids are removed (Kafka's
+    ``producer.id.expiration.check.interval.ms``, 10 minutes)."""
+    max_producer_ids_per_partition: int = 10_000
+    """Idempotent producers one partition remembers (~1 KB each with their cached
+    batches): past it the least recently written one is forgotten (as if expired). A
+    partition seldom has more than a few hundred producers; Kafka has no such bound
+    but rate-limits new producer ids (KIP-936)."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -136,6 +189,17 @@ class BrokerConfig:
             "share_state_load_wait_ms",
             "max_open_files",
             "max_segment_maps",
+            "group_max_size",
+            "group_max_topics_per_member",
+            "max_groups",
+            "max_group_subscriptions",
+            "max_share_sessions",
+            "max_share_groups_per_partition",
+            "share_session_idle_ms",
+            "share_fence_entries",
+            "producer_id_expiration_ms",
+            "producer_id_expiration_check_ms",
+            "max_producer_ids_per_partition",
         )
         for name in positive:
             if getattr(self, name) < 1:

@@ -13,6 +13,19 @@ a clock and turns their answers into responses:
   session expired takes its partitions back without a rebalance;
 * ``commit``/``fetch`` read and write :class:`~mq.broker.offsets.OffsetStore`.
 
+Bounds (``mq.broker.config``): a member subscribes to at most
+``group_max_topics_per_member`` topics (INVALID_REQUEST), a group has at most
+``group_max_size`` members, the broker at most ``max_groups`` groups with members
+and ``max_group_subscriptions`` subscription entries over all of them (one per
+member plus one per topic it subscribes to: what the members' memory grows with),
+GROUP_MAX_SIZE_REACHED otherwise; all checked before anything is stored. A group whose last
+member leaves or expires is freed (its committed offsets stay in the offset store);
+a group remembers at most ``group_max_size`` fenced member ids. A join costs the
+joining member's topics (the group's topic set is kept as counts): the assignment
+is recomputed once per tick (:data:`EXPIRY_TICK_S`) for a group that changed
+(``GroupAssignment(deferred=True)``), so N joins in a tick cost one assignor run
+over the group, not N; members heartbeat every 100 ms until it is done.
+
 Thread safety: one event loop.
 """
 
@@ -22,6 +35,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -30,8 +44,10 @@ from mq.broker.catalog import OFFSETS_TOPIC
 from mq.broker.offsets import CommittedOffset, OffsetStore
 from mq.errors import (
     FencedInstanceIdError,
+    GroupMaxSizeReachedError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
+    InvalidRequestError,
     InvalidSessionTimeoutError,
     UnknownMemberIdError,
 )
@@ -48,6 +64,7 @@ HEARTBEAT_MS = 3_000
 CONVERGING_HEARTBEAT_MS = 100
 """Heartbeat interval while a member has partitions to revoke or to receive."""
 EXPIRY_TICK_S = 0.1
+"""How often expired members are expelled and changed groups get their new target."""
 
 
 @dataclass
@@ -56,7 +73,8 @@ class Member:
     instance_id: str | None
     client_id: str
     client_host: str
-    topics: list[str]
+    topics: tuple[str, ...]
+    """Sorted, without duplicates."""
     session_timeout_ms: int
     rebalance_timeout_ms: int
 
@@ -72,13 +90,32 @@ class Group:
     sessions: Sessions
     revocations: Sessions
     members: dict[str, Member] = field(default_factory=dict)
-    fenced: set[str] = field(default_factory=set)
-    topics: frozenset[str] = frozenset()
-    """Every topic a member subscribes to: kept with ``members``, read on each heartbeat."""
+    fenced: dict[str, None] = field(default_factory=dict)
+    """Member ids replaced by a static rejoin, oldest first (an ordered set, bounded by
+    the coordinator to ``group_max_size``)."""
+    topics: Counter[str] = field(default_factory=Counter)
+    """Every topic a member subscribes to, with how many members do: kept with
+    ``members`` (by :meth:`add` and :meth:`discard`), read on each heartbeat."""
+    entries: int = 0
+    """Subscription entries: one per member plus one per topic of each."""
 
-    def subscriptions_changed(self) -> None:
-        """Recompute ``topics``: call it after ``members`` changed."""
-        self.topics = frozenset(t for member in self.members.values() for t in member.topics)
+    def add(self, member: Member) -> None:
+        """Put ``member`` in ``members`` (replacing one with its id), keeping ``topics``."""
+        self.discard(member.member_id)
+        self.members[member.member_id] = member
+        self.topics.update(member.topics)
+        self.entries += 1 + len(member.topics)
+
+    def discard(self, member_id: str) -> None:
+        """Remove a member from ``members`` if there, keeping ``topics``: O(its topics)."""
+        member = self.members.pop(member_id, None)
+        if member is None:
+            return
+        self.topics.subtract(member.topics)
+        self.entries -= 1 + len(member.topics)
+        for topic in member.topics:
+            if self.topics[topic] <= 0:
+                del self.topics[topic]
 
 
 class GroupCoordinator:
@@ -91,6 +128,8 @@ class GroupCoordinator:
         self.offsets = offsets
         self._clock = clock
         self.groups: dict[str, Group] = {}
+        self.entries = 0
+        """Subscription entries of every group here (:attr:`Group.entries` summed)."""
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -105,7 +144,7 @@ class GroupCoordinator:
     def _unload(self, index: int) -> None:
         """This broker no longer leads offsets partition ``index``: its groups move away."""
         for group_id in [g for g in self.groups if self.offsets.partition_for(g) == index]:
-            del self.groups[group_id]
+            self.entries -= self.groups.pop(group_id).entries
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -133,12 +172,20 @@ class GroupCoordinator:
                 f"session timeout {session_timeout_ms} ms is outside "
                 f"[{MIN_SESSION_TIMEOUT_MS}, {MAX_SESSION_TIMEOUT_MS}]"
             )
+        config = self._broker.config
+        subscribed = sorted(set(topics))
+        if len(subscribed) > config.group_max_topics_per_member:
+            raise InvalidRequestError(
+                f"a member may subscribe to at most {config.group_max_topics_per_member} "
+                f"topics (group_max_topics_per_member), got {len(subscribed)}"
+            )
         group = self._group(group_id, assignor)
         self._expire(group)
         if member_id and member_id not in group.members:
             if member_id in group.fenced:
                 raise FencedInstanceIdError(f"member {member_id} was replaced by a newer instance")
             raise UnknownMemberIdError(f"member {member_id} is not in group {group_id}")
+        self._admit(group, member_id, instance_id, len(subscribed))
         if not member_id:
             suffix = f"-{uuid.uuid4().hex[:12]}"
             # cut a long client id: the member id must fit a Name (MAX_NAME_LEN)
@@ -148,23 +195,53 @@ class GroupCoordinator:
             instance_id,
             client_id,
             client_host,
-            sorted(set(topics)),
+            tuple(subscribed),
             session_timeout_ms,
             rebalance_timeout_ms,
         )
-        group.assignment.set_partitions(self._partition_counts(group, extra=topics))
-        replaced = group.assignment.join(member_id, Subscription(frozenset(topics), instance_id))
+        entries_before = group.entries
+        group.assignment.set_partitions(self._partition_counts(group, extra=subscribed))
+        replaced = group.assignment.join(
+            member_id, Subscription(frozenset(subscribed), instance_id)
+        )
+        self.groups[group_id] = group
         if replaced is not None:
-            group.members.pop(replaced, None)
+            group.discard(replaced)
             group.sessions.stop(replaced)
             group.revocations.stop(replaced)
-            group.fenced.add(replaced)
+            group.fenced[replaced] = None
+            while len(group.fenced) > config.group_max_size:
+                del group.fenced[next(iter(group.fenced))]
             log.info("group %s: %s replaces static member %s", group_id, member_id, replaced)
-        group.members[member_id] = member
-        group.subscriptions_changed()
+        group.add(member)
+        self.entries += group.entries - entries_before
         group.sessions.start(member_id, session_timeout_ms / 1000)
         group.assignment.set_partitions(self._partition_counts(group))
         return member, group.assignment.generation
+
+    def _admit(self, group: Group, member_id: str, instance_id: str | None, topics: int) -> None:
+        """Check the bounds before a join stores anything (GROUP_MAX_SIZE_REACHED)."""
+        config = self._broker.config
+        if group.group_id not in self.groups and len(self.groups) >= config.max_groups:
+            raise GroupMaxSizeReachedError(
+                f"this broker coordinates {len(self.groups)} groups with members, "
+                f"its maximum (max_groups); group {group.group_id} cannot start"
+            )
+        previous = group.members.get(member_id)
+        if previous is None and instance_id is not None:
+            static = group.assignment.member_for_instance(instance_id)
+            previous = group.members.get(static) if static is not None else None
+        if previous is None and len(group.members) >= config.group_max_size:
+            raise GroupMaxSizeReachedError(
+                f"group {group.group_id} has {len(group.members)} members, its maximum "
+                "(group_max_size)"
+            )
+        added = 1 + topics - (1 + len(previous.topics) if previous is not None else 0)
+        if self.entries + added > config.max_group_subscriptions:
+            raise GroupMaxSizeReachedError(
+                f"the groups here hold {self.entries} subscription entries; "
+                f"{added} more would pass max_group_subscriptions"
+            )
 
     def heartbeat(
         self, group_id: str, member_id: str, owned: set[TopicPartition]
@@ -179,7 +256,8 @@ class GroupCoordinator:
                 group.revocations.start(member_id, member.rebalance_timeout_ms / 1000)
         else:
             group.revocations.stop(member_id)
-        converging = view.revoke or view.assignment != group.assignment.target(member_id)
+        target = group.assignment.target(member_id)
+        converging = view.revoke or view.assignment != target or group.assignment.stale
         interval = CONVERGING_HEARTBEAT_MS if converging else member.heartbeat_ms
         return view, group.assignment.generation, interval
 
@@ -210,14 +288,18 @@ class GroupCoordinator:
                 f"group {group_id} uses the {group.assignment.assignor} assignor, not {assignor}"
             )
         if group is None or not group.members:
+            # stored by join once the member is in: a refused join leaves nothing behind
+            self.groups.pop(group_id, None)
             group = Group(
-                group_id, GroupAssignment(assignor), Sessions(self._clock), Sessions(self._clock)
+                group_id,
+                GroupAssignment(assignor, deferred=True),
+                Sessions(self._clock),
+                Sessions(self._clock),
             )
-            self.groups[group_id] = group
         return group
 
     def _partition_counts(self, group: Group, extra: list[str] | None = None) -> dict[str, int]:
-        topics = group.topics.union(extra) if extra else group.topics
+        topics = group.topics.keys() | set(extra) if extra else group.topics.keys()
         counts = {}
         for topic in topics:
             info = self._broker.topic(topic)
@@ -227,11 +309,14 @@ class GroupCoordinator:
 
     def _remove(self, group: Group, member_id: str, why: str) -> None:
         group.assignment.leave(member_id)
-        group.members.pop(member_id, None)
-        group.subscriptions_changed()
+        entries_before = group.entries
+        group.discard(member_id)
+        self.entries += group.entries - entries_before
         group.sessions.stop(member_id)
         group.revocations.stop(member_id)
         log.info("group %s: member %s %s", group.group_id, member_id, why)
+        if not group.members and self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]  # freed: its offsets stay in the offset store
 
     def _expire(self, group: Group) -> None:
         for member_id in {*group.sessions.expired(), *group.revocations.expired()}:
@@ -243,6 +328,7 @@ class GroupCoordinator:
             await asyncio.sleep(EXPIRY_TICK_S)
             for group in list(self.groups.values()):
                 self._expire(group)
+                group.assignment.flush()  # one assignor run per tick, however many joins
 
     # -- offsets ------------------------------------------------------------------------
 

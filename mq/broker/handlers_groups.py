@@ -197,7 +197,7 @@ async def describe_groups(
                         "group_instance_id": member.instance_id,
                         "client_id": member.client_id,
                         "client_host": member.client_host,
-                        "topics": member.topics,
+                        "topics": list(member.topics),
                         "assignment": to_wire(group.assignment.owned(member.member_id)),
                     }
                 )

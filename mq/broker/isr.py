@@ -82,6 +82,7 @@ class IsrManager:
                 self._broker.node_id,
                 partition.leader_epoch,
                 sorted(isr),
+                based_on=partition.state_revision,
             )
             if written is None:
                 return  # the state moved on (an election): the watch brings it

@@ -11,7 +11,11 @@ log. The metadata store says who leads (:meth:`Partition.apply_state`):
   them (:meth:`append`);
 * **follower**: appends what a replica fetcher brings from the leader, with the
   leader's offsets, and serves no client;
-* **offline**: no live replica may lead; it serves nothing.
+* **offline**: no live replica may lead, or this replica's log is offline (a
+  write or sync failed: :meth:`Partition._log_failed`); it serves nothing. A
+  replica whose log is offline neither leads nor follows until the broker
+  restarts and recovers it from its files; it leaves the ISR (the broker's
+  :attr:`Partition.on_offline` handler) so that another replica is elected.
 
 Long polls: a fetch that wants more data than there is waits on
 :meth:`Partition.wait_for_data`, which every append and high-watermark move wakes.
@@ -38,6 +42,7 @@ from mq.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetNotAvailableError,
+    StorageError,
     UnknownLeaderEpochError,
 )
 from mq.replication.placement import PartitionState
@@ -99,6 +104,9 @@ class Partition:
         """While set, no replica fetcher takes this partition (its repair truncates it)."""
         self.on_corrupt: Callable[[Partition, int, CorruptRecordError], None] | None = None
         """Told when a read meets a damaged batch (the broker's scrubber)."""
+        self.on_offline: Callable[[Partition], None] | None = None
+        """Told (on the event loop, once) when a failed write or sync took the log
+        offline: the broker hands leadership on and leaves the ISR."""
         self._waiters: set[asyncio.Future[None]] = set()
         self._acks: list[tuple[int, int, asyncio.Future[AppendInfo], AppendInfo]] = []
         """acks=all appends waiting for the high watermark: (last offset, seq, future, info)."""
@@ -122,8 +130,34 @@ class Partition:
     def isr(self) -> frozenset[int]:
         return self.tracker.isr if self.tracker is not None else frozenset()
 
+    @property
+    def offline(self) -> StorageError | None:
+        """The error that took this replica's log offline (until a restart), or None."""
+        return self.log.offline
+
     def start(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def failed(exc: StorageError) -> None:
+            # Log.fail may run in a worker thread (a read, a sync job): back to the loop
+            if not loop.is_closed():  # a close failing at shutdown: nobody to tell
+                loop.call_soon_threadsafe(self._log_failed, exc)
+
+        self.log.on_offline = failed
         self.writer.start()
+
+    def _log_failed(self, exc: StorageError) -> None:
+        """The log went offline: stop leading and following, and tell the broker."""
+        log.error(
+            "%s: the replica on broker %d is offline (%s): it stops leading and following "
+            "and leaves the ISR; it comes back when the broker restarts",
+            self.name,
+            self.node_id,
+            exc,
+        )
+        self._step_down(Role.OFFLINE)
+        if self.on_offline is not None:
+            self.on_offline(self)
 
     # -- roles ------------------------------------------------------------------------
 
@@ -132,6 +166,10 @@ class Partition:
         if revision <= self.state_revision:
             return False
         self.state, self.state_revision = state, revision
+        if self.log.offline is not None:
+            self._step_down(Role.OFFLINE)  # neither leads nor follows until a restart
+            self.leader_epoch = state.leader_epoch
+            return True
         if state.leader == self.node_id:
             if self.role is not Role.LEADER or self.leader_epoch != state.leader_epoch:
                 log.info(
@@ -201,7 +239,16 @@ class Partition:
         future.add_done_callback(_retrieve)
 
     def require_leader(self, current_leader_epoch: int = -1) -> None:
-        """Raise unless this replica leads (in ``current_leader_epoch`` when one is given)."""
+        """Raise unless this replica leads (in ``current_leader_epoch`` when one is given).
+
+        STORAGE_ERROR (retriable; clients refresh metadata) while the log is offline.
+        """
+        failed = self.log.offline
+        if failed is not None:
+            raise StorageError(
+                f"{self.name} is offline on broker {self.node_id} ({failed}); another "
+                "in-sync replica takes over: refresh metadata"
+            )
         if self.role is not Role.LEADER:
             raise NotLeaderOrFollowerError(f"this broker does not lead {self.name}")
         if current_leader_epoch >= 0 and current_leader_epoch != self.leader_epoch:

@@ -5,17 +5,38 @@ Each broker takes blocks of ids from the metadata store: the key
 compare-and-swap, so two brokers never get the same block and a crash only
 skips ids. A data directory from before the metadata store kept its next id
 in ``<data>/producer-ids``; the first block starts past it.
+
+What partitions remember of producers is bounded (issue 18, F7): :func:`bound_log`
+applies ``producer_id_expiration_ms`` and ``max_producer_ids_per_partition`` to a log
+as it opens, and :func:`expire_loop` every ``producer_id_expiration_check_ms`` to each
+partition, through its writer (never per record). Handing ids out is not rate-limited
+yet (Kafka 3.6+ has a ``producer_ids_rate`` quota, KIP-936): an id costs the broker
+nothing until a partition records a batch of it, and that is what is bounded.
+
+Thread safety: one event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgpack
 
 from mq.errors import MQError
 from mq.replication.store import Compare, MetadataStore, Put
+from mq.storage.log import Log
+
+if TYPE_CHECKING:
+    from mq.broker.config import BrokerConfig
+    from mq.broker.partition import Partition
+
+log = logging.getLogger(__name__)
 
 KEY = "/producer_ids"
 LEGACY_FILE = "producer-ids"
@@ -66,3 +87,32 @@ class ProducerIdAllocator:
         if producer_id < 0 or epoch + 1 > MAX_EPOCH:
             return await self.allocate(), 0
         return producer_id, max(epoch, -1) + 1
+
+
+def expiry_cutoff_ms(config: BrokerConfig) -> int:
+    """Producers whose newest batch is older than this (wall clock, ms) are expired."""
+    return int(time.time() * 1000) - config.producer_id_expiration_ms
+
+
+def bound_log(log_: Log, config: BrokerConfig) -> int:
+    """Apply the producer bounds to a log (as it opens, before its writer starts)."""
+    return log_.producers.bound(config.max_producer_ids_per_partition, expiry_cutoff_ms(config))
+
+
+async def expire_loop(partitions: Callable[[], Iterable[Partition]], config: BrokerConfig) -> None:
+    """Every ``producer_id_expiration_check_ms``, expire idle producers of each partition."""
+    while True:
+        await asyncio.sleep(config.producer_id_expiration_check_ms / 1000)
+        cutoff = expiry_cutoff_ms(config)
+        for partition in list(partitions()):
+            try:
+                gone = await partition.writer.call(partial(_expire, cutoff=cutoff))
+            except MQError as exc:
+                log.warning("expiring producer ids of %s: %s", partition.name, exc)
+                continue
+            if gone:
+                log.info("%s: %d idle producer ids expired", partition.name, gone)
+
+
+def _expire(log_: Log, cutoff: int) -> int:
+    return log_.producers.expire(cutoff)

@@ -15,7 +15,14 @@ outcome durable:
   next one, so saves batch themselves under load;
 * a ticker ends expired leases, makes delayed records visible, wakes long
   polls, saves what changed by itself and copies dead letters to the topic's
-  dead-letter queue (with ``mq.dlq.*`` headers saying where they came from).
+  dead-letter queue (with ``mq.dlq.*`` headers saying where they came from);
+* loaded sessions are bounded (:mod:`mq.broker.share_sessions`): at most
+  ``max_share_sessions`` on the broker and ``max_share_groups_per_partition`` on one
+  partition. A session unused for ``share_session_idle_ms`` is evicted by the ticker,
+  and the least recently used one to make room for a new one, but only once its state
+  is saved and nothing waits on it (no long poll, save, or dead letter in progress):
+  its next use reloads it from ``__share_state``. With none evictable, the load fails
+  with a retriable SHARE_SESSION_LIMIT_REACHED.
 
 A new share group starts at the log start (a queue delivers what was sent
 before its first consumer came). Records are read into a session's window
@@ -36,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from mq.broker import cluster_io
+from mq.broker.share_sessions import PRESSURE_MIN_IDLE_S, SessionLimits, SessionTable
 from mq.broker.share_store import ShareKey, ShareStateStore
 from mq.errors import (
     CoordinatorLoadInProgressError,
@@ -43,6 +51,7 @@ from mq.errors import (
     LeaderNotAvailableError,
     MQError,
     NotLeaderOrFollowerError,
+    ShareSessionLimitReachedError,
 )
 from mq.queues import headers as qh
 from mq.queues.config import dead_letter_queue, share_config
@@ -68,6 +77,16 @@ TICK_S = 0.05
 """How often leases and delays are checked: the resolution of a visibility timeout."""
 FILL_BYTES = 4 << 20
 """Most bytes read into a window per receive: a receive does not stall the loop."""
+FILL_READ_BYTES = 1 << 20
+"""Most bytes per log read while filling a window (at least one whole batch)."""
+FILL_READ_BYTES_PER_MESSAGE = 1 << 10
+"""A receive of N messages reads N KiB per log read (at least
+:data:`MIN_FILL_READ_BYTES`, at most :data:`FILL_READ_BYTES`), and stops reading once
+it has what it wants: a receive of one small message adds a few hundred records to
+the window, not the ~10,000 a 1 MiB read held (each costs the window ~300 B: a share
+group named once on a large queue kept ~12 MB), while large receives keep large reads."""
+MIN_FILL_READ_BYTES = 64 << 10
+"""Smallest log read while filling a window (one read's overhead stays small)."""
 DEDUP_LOOKBACK_BYTES = 64 << 20
 """At most this much of the log below a restored window is read to relearn dedup ids."""
 DEAD_LETTER_BATCH = 500
@@ -109,8 +128,16 @@ class Session:
 class ShareManager:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
-        self.store = ShareStateStore(broker)
-        self._sessions: dict[ShareKey, Session] = {}
+        config = broker.config
+        self.store = ShareStateStore(broker, config.share_fence_entries)
+        self.limits = SessionLimits(
+            config.max_share_sessions,
+            config.max_share_groups_per_partition,
+            max(config.share_session_idle_ms / 1000, PRESSURE_MIN_IDLE_S),
+        )
+        self._sessions: SessionTable[Session] = SessionTable()
+        self.evicted = 0
+        """Share partitions evicted so far (idle, or to make room)."""
         self._loading: dict[ShareKey, asyncio.Task[Session]] = {}
         self._ticker: asyncio.Task[None] | None = None
 
@@ -140,10 +167,12 @@ class ShareManager:
         if found is not None and not found.closed:
             if found.epoch == partition.leader_epoch:
                 self._reconfigure(found)
+                self._sessions.touch(key, time.monotonic())
                 return found
             self._close(found)
         loading = self._loading.get(key)
         if loading is None:
+            self._make_room(key)
             loading = asyncio.get_running_loop().create_task(self._load(key, partition))
             self._loading[key] = loading
             loading.add_done_callback(lambda _: self._loading.pop(key, None))
@@ -175,8 +204,9 @@ class ShareManager:
             dict(topic.configs),
         )
         session.saved = share.version
-        self._fill(session, 0)
-        self._sessions[key] = session
+        if share.restoring:
+            self._fill(session, 0)  # apply the saved state; a new group reads as receives need
+        self._sessions.put(key, session, time.monotonic())
         log.info(
             "share group %s on %s: loaded at offset %d (%s)",
             key.group,
@@ -237,10 +267,56 @@ class ShareManager:
         for session in [s for s in self._sessions.values() if s.key.topic == topic]:
             self._close(session)
 
+    def _make_room(self, key: ShareKey) -> None:
+        """Before loading ``key``: evict the least recently used evictable session if a
+        bound is reached (on ``key``'s partition first), else raise."""
+        limits, now = self.limits, time.monotonic()
+        slot = (key.topic, key.partition)
+        loading_here = sum(1 for k in self._loading if (k.topic, k.partition) == slot)
+        if self._sessions.on_partition(*slot) + loading_here >= limits.per_partition:
+            victim = self._sessions.victim(now, self._evictable, slot)
+            if victim is None:
+                raise ShareSessionLimitReachedError(
+                    f"{key.topic}-{key.partition} has {limits.per_partition} share groups "
+                    f"loaded, all in use (max_share_groups_per_partition); retry later"
+                )
+            self._evict(victim, "to make room on its partition")
+        if len(self._sessions) + len(self._loading) >= limits.per_broker:
+            victim = self._sessions.victim(now, self._evictable)
+            if victim is None:
+                raise ShareSessionLimitReachedError(
+                    f"this broker has {limits.per_broker} share partitions loaded, all in use "
+                    f"(max_share_sessions); retry later"
+                )
+            self._evict(victim, "to make room")
+
+    @staticmethod
+    def _evictable(session: Session) -> bool:
+        """Saved, and nothing waits on it: dropping it loses nothing (it reloads)."""
+        return (
+            not session.closed
+            and session.saving is None
+            and session.saved >= session.share.version
+            and not session.waiters
+            and not session.durable
+            and session.dead_lettering is None
+            and not session.share.has_dead_letters
+        )
+
+    def _evict(self, session: Session, why: str) -> None:
+        self._close(session)
+        self.evicted += 1
+        log.info("share group %s on %s: evicted %s", session.key.group, session.partition.name, why)
+
+    def _evict_idle(self, now: float) -> None:
+        for session in self._sessions.idle(now, self.limits.idle_s):
+            if self._evictable(session):
+                self._evict(session, "(idle)")
+
     def _close(self, session: Session) -> None:
         session.closed = True
         if self._sessions.get(session.key) is session:
-            del self._sessions[session.key]
+            self._sessions.remove(session.key)
         session.wake()
         for _, waiter in session.durable:
             if not waiter.done():
@@ -261,10 +337,14 @@ class ShareManager:
         if share.end < log_start or share.start < log_start:
             share.truncate_below(log_start, now)
         read = 0
+        chunk = FILL_READ_BYTES
+        if want and not share.restoring:
+            chunk = max(MIN_FILL_READ_BYTES, want * FILL_READ_BYTES_PER_MESSAGE)
+            chunk = min(FILL_READ_BYTES, chunk)
         while share.wants_records and share.end < partition.high_watermark and read < FILL_BYTES:
             if not share.restoring and want and share.ready_count >= want:
                 break
-            found = partition.read(share.end, 1 << 20)
+            found = partition.read(share.end, chunk)
             if found is None:
                 break
             share.add(_records(found.data), found.next_offset, now)
@@ -285,6 +365,7 @@ class ShareManager:
         partition = session.partition
         if session.closed or not partition.is_leader or partition.leader_epoch != session.epoch:
             raise NotLeaderOrFollowerError(f"{partition.name}: leadership moved")
+        self._sessions.touch(session.key, time.monotonic())
         self._fill(session, max_messages)
         share = session.share
         lease = lease_ms if lease_ms is not None else share.config.visibility_ms
@@ -444,8 +525,9 @@ class ShareManager:
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(TICK_S)
+            self._evict_idle(time.monotonic())
             now = now_ms()
-            for session in list(self._sessions.values()):
+            for session in self._sessions.values():
                 try:
                     self._tick(session, now)
                 except MQError as exc:

@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mq.broker import producer_ids
 from mq.broker.catalog import OFFSETS_TOPIC, split_topic_configs, topic_log_config
 from mq.broker.partition import Partition, Role
 from mq.errors import MQError, StorageError
@@ -102,6 +103,10 @@ class ReplicaManager:
             if partition is None:
                 return
         partition.min_insync_replicas = broker.min_insync_replicas(topic, len(state.replicas))
+        if partition.offline is not None and (
+            broker.node_id in state.isr or state.leader == broker.node_id
+        ):
+            broker.scrubber.withdraw(key)  # its log cannot serve: it must not be in the ISR
         revision = view.partition_revisions.get(key, 0)
         if state.leader == broker.node_id and revision < broker.fenced_below:
             if partition.fence():  # a state from before this registration: wait for a new one
@@ -173,7 +178,9 @@ class ReplicaManager:
             log.error("%s-%d stays offline here: %s", topic.name, index, exc)
             broker.scrubber.open_failed(topic.name, index)
             return None
+        producer_ids.bound_log(partition.log, broker.config)  # a restart agrees with expiry
         partition.on_corrupt = broker.scrubber.report_read
+        partition.on_offline = broker.scrubber.log_offline
         partition.start()
         broker.partitions[(topic.name, index)] = partition
         self._configs[topic.name] = dict(topic.configs)

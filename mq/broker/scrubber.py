@@ -17,9 +17,13 @@ On damage: an ERROR log line naming the file, the offsets and the replica
 found is confirmed by a second check before anything is done: a follower's
 truncation may be rewriting the segment that was being read.
 
-A partition whose log fails to open is reported the same way
-(:meth:`Scrubber.open_failed`): this broker leaves its ISR so that the
-controller's elections go to a replica that can serve it.
+A partition whose log fails to open (:meth:`Scrubber.open_failed`), or whose
+log a failed write or sync takes offline (:meth:`Scrubber.log_offline`), is
+reported the same way: this broker leaves its ISR, handing leadership to
+another in-sync replica if it leads, so that the controller's elections go to
+a replica that can serve it. It stays out while the log cannot serve (it does
+not fetch, so no leader adds it back; if a leader acting on an older view
+does, the replica manager withdraws it again) until the broker restarts.
 
 Thread safety: one event loop; the worker threads only read files.
 """
@@ -65,7 +69,8 @@ class Scrubber:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._repairs: dict[Key, asyncio.Task[None]] = {}
-        self._failed_opens: dict[Key, asyncio.Task[None]] = {}
+        self._withdrawals: dict[Key, asyncio.Task[None]] = {}
+        self._stopped = False
         self.passes = 0
         """Completed passes over every sealed segment (for tests and stats)."""
         self.found: list[tuple[Key, SegmentDamage]] = []
@@ -75,7 +80,8 @@ class Scrubber:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="scrubber")
 
     async def stop(self) -> None:
-        tasks = [*self._repairs.values(), *self._failed_opens.values()]
+        self._stopped = True  # no withdrawal starts after this (a log failing at close)
+        tasks = [*self._repairs.values(), *self._withdrawals.values()]
         if self._task is not None:
             tasks.append(self._task)
         for task in tasks:
@@ -101,14 +107,31 @@ class Scrubber:
 
     def open_failed(self, topic: str, index: int) -> None:
         """The log of ``topic-index`` did not open here: leave its ISR (once, retried)."""
-        key = (topic, index)
-        if key in self._failed_opens:
-            return
-        task = asyncio.get_running_loop().create_task(self._withdraw_unopened(key))
-        self._failed_opens[key] = task
-        task.add_done_callback(lambda _: self._failed_opens.pop(key, None))  # fails again later
+        self.withdraw((topic, index))
 
-    async def _withdraw_unopened(self, key: Key) -> None:
+    def log_offline(self, partition: Partition) -> None:
+        """A failed write or sync took ``partition``'s log offline here: it no longer
+        leads or follows (its role is offline already); leave its ISR, handing
+        leadership to another in-sync replica."""
+        key = (partition.topic, partition.index)
+        if self._stopped or self._broker.partitions.get(key) is not partition:
+            return  # the broker stops, or the replica was dropped: nothing to hand on
+        self._broker.replicas.apply_written(partition)  # out of every replica fetcher
+        self.withdraw(key)
+
+    def withdraw(self, key: Key) -> None:
+        """Leave the ISR of ``key`` (a replica that cannot serve here), retried until out.
+
+        Idempotent while a withdrawal runs; called again whenever the view shows this
+        broker back in the ISR (or leading) while the replica still cannot serve.
+        """
+        if key in self._withdrawals or self._stopped:
+            return
+        task = asyncio.get_running_loop().create_task(self._withdraw(key))
+        self._withdrawals[key] = task
+        task.add_done_callback(lambda _: self._withdrawals.pop(key, None))  # may fail again
+
+    async def _withdraw(self, key: Key) -> None:
         while True:
             try:
                 if await repair.withdraw(self._broker, *key):
@@ -173,8 +196,8 @@ class Scrubber:
     async def _check_sealed(self, key: Key) -> None:
         """Check every sealed segment of one partition; start a repair at the first damage."""
         partition = self._broker.partitions.get(key)
-        if partition is None or key in self._repairs:
-            return
+        if partition is None or key in self._repairs or partition.offline is not None:
+            return  # an offline log is out of the ISR until a restart recovers it
         if partition.damage is not None:  # found before and not repaired yet: try again
             self._start_repair(partition, partition.damage, self._end_of(partition))
             return
@@ -215,6 +238,7 @@ class Scrubber:
                     next_base=next_base,
                     epochs=epochs,
                     pace=self._pace,
+                    min_end=max(segment.next_offset, segment.indexed_end or 0),
                 )
             except FileNotFoundError:
                 return None

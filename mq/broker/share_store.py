@@ -27,6 +27,15 @@ saves are refused (FENCED_LEADER_EPOCH), and since a receive answers only once i
 save is acknowledged, a deposed leader cannot lease a message the new one may lease.
 Fences and states have different keys, so compaction keeps the latest of each.
 
+The admitted epochs are remembered only where the metadata view does not already
+say as much: an epoch at or below the data partition's leader epoch in the view (for
+the same topic id) adds nothing, since the view's epoch never goes down. So the
+table holds only share partitions whose leader this broker's view has not caught up
+with, plus, past ``share_fence_entries``, nothing older than the newest three
+quarters of them (entries the view covers or of a recreated topic go first; if the
+view lags for more share partitions than that, the oldest are forgotten, which only
+weakens the fence for those until the view catches up).
+
 Thread safety: one event loop.
 """
 
@@ -34,6 +43,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -54,6 +64,10 @@ TOPIC_ID_HEADER = "mq.share.topic_id"
 SEGMENT_BYTES = 100 * 1024 * 1024
 """Segments roll at this size (or the broker's default if smaller): the cleaner
 compacts closed segments only."""
+MAX_FENCE_ENTRIES = 10_000
+"""Admitted epochs remembered beyond the metadata view (~250 B each): the view lags
+the controller by a heartbeat at most, so only share partitions whose leader changed
+in that time need one (broker key ``share_fence_entries``)."""
 
 
 class ShareKey(NamedTuple):
@@ -69,11 +83,12 @@ class ShareKey(NamedTuple):
 
 
 class ShareStateStore:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, max_fence_entries: int = MAX_FENCE_ENTRIES) -> None:
         self._broker = broker
-        self._epochs: dict[tuple[ShareKey, str], int] = {}
-        """The highest epoch admitted per (share partition, topic id), while leading a
-        state partition here: one entry per share partition saved here."""
+        self._epochs: OrderedDict[tuple[ShareKey, str], int] = OrderedDict()
+        """The highest epoch admitted per (share partition, topic id) while leading a
+        state partition here, where it is above the view's epoch: oldest first."""
+        self.max_fence_entries = max_fence_entries
 
     @property
     def partitions(self) -> int:
@@ -145,7 +160,37 @@ class ShareStateStore:
                     )
                 admitted.append((slot, epoch))
         for slot, epoch in admitted:
-            self._epochs[slot] = max(epoch, self._epochs.get(slot, -1))
+            if epoch <= self._view_epoch(slot):
+                self._epochs.pop(slot, None)  # the view says as much
+            elif epoch > self._epochs.get(slot, -1):
+                self._epochs[slot] = epoch
+                self._epochs.move_to_end(slot)
+        if len(self._epochs) > self.max_fence_entries:
+            self._prune()
+
+    def _view_epoch(self, slot: tuple[ShareKey, str]) -> int:
+        """The data partition's leader epoch in this broker's view (-1: another topic id)."""
+        key, topic_id = slot
+        view = self._broker.view
+        topic = view.topics.get(key.topic)
+        state = view.partitions.get((key.topic, key.partition))
+        if topic is None or state is None or topic.topic_id != topic_id:
+            return -1
+        return state.leader_epoch
+
+    def _prune(self) -> None:
+        """Drop what the view covers or an earlier incarnation's of a topic (a topic the
+        view does not know yet keeps its entries); then the oldest, down to three
+        quarters of the bound (so the next prune is that many admits away)."""
+        view = self._broker.view
+        for slot, epoch in list(self._epochs.items()):
+            topic = view.topics.get(slot[0].topic)
+            recreated = topic is not None and topic.topic_id != slot[1]
+            if recreated or epoch <= self._view_epoch(slot):
+                del self._epochs[slot]
+        keep = self.max_fence_entries * 3 // 4
+        while len(self._epochs) > keep:
+            self._epochs.popitem(last=False)
 
     async def load(self, key: ShareKey, topic_id: str, epoch: int) -> dict[str, Any] | None:
         """Fence ``key`` at ``epoch``, then the latest saved state of ``key`` for this

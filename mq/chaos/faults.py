@@ -81,6 +81,9 @@ class DiskFault:
     node: int
     path: Path
     mounted: bool = False
+    filled: bool = False
+    """The filler may be there, and the broker was not restarted on a freed disk since:
+    :meth:`Nemesis.heal` frees it and restarts the broker (its offline logs need it)."""
 
 
 def disk_unavailable_reason() -> str | None:
@@ -89,6 +92,34 @@ def disk_unavailable_reason() -> str | None:
     if shutil.which("mount") is None:
         return "a full disk needs the mount command: skipped"
     return None
+
+
+def fill(filler: Path) -> int:
+    """Write zeros to ``filler`` until its file system is full (bounded); the bytes written.
+
+    Unbuffered (nothing is left to flush at close, where a full disk would fail
+    again), and a disk already full (``ENOSPC`` at the first write, or at the
+    creation) is no error: it is what was wanted.
+    """
+    chunk = b"\0" * FILL_CHUNK
+    written = 0
+    try:
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        return 0
+    try:
+        for _ in range(MAX_FILL_CHUNKS):
+            try:
+                written += os.write(fd, chunk)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                break
+    finally:
+        os.close(fd)
+    return written
 
 
 def mount_tmpfs(path: Path, size: int = DISK_BYTES) -> None:
@@ -361,25 +392,21 @@ class Nemesis:
         assert self.disk is not None
         disk = self.disk
         record.target = f"broker {disk.node}: {disk.path} full"
-        filler = disk.path / FILLER
-        chunk = b"\0" * FILL_CHUNK
-        with filler.open("wb") as f:
-            for _ in range(MAX_FILL_CHUNKS):
-                try:
-                    f.write(chunk)
-                    f.flush()
-                except OSError as exc:
-                    if exc.errno != errno.ENOSPC:
-                        raise
-                    break
+        disk.filled = True  # from here on, heal() frees it whatever happens
+        fill(disk.path / FILLER)
 
         def undo() -> None:
-            filler.unlink(missing_ok=True)
-            # A failed write is sticky: the broker needs a restart once there is room.
-            self.cluster.kill(disk.node)
-            self._start(disk.node)
+            self._free_disk(disk)
 
         return undo
+
+    def _free_disk(self, disk: DiskFault) -> None:
+        """Remove the filler and restart the broker (dead or alive): a failed write is
+        sticky, its logs come back online only when it starts again on a disk with room."""
+        (disk.path / FILLER).unlink(missing_ok=True)
+        self.cluster.kill(disk.node)
+        self._start(disk.node)
+        disk.filled = False
 
     # -- healing --------------------------------------------------------------------------
 
@@ -393,6 +420,9 @@ class Nemesis:
             problems.append(str(exc))
         if self.disk is not None and self.disk.mounted:
             (self.disk.path / FILLER).unlink(missing_ok=True)
+            if self.disk.filled:  # its undo did not run (or failed): restart it below
+                self.cluster.kill(self.disk.node)
+                self.disk.filled = False
         if not self.cluster.etcd.alive:
             try:
                 self.cluster.etcd.start()

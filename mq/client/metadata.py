@@ -28,6 +28,7 @@ from mq.errors import (
     NetworkError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
+    StorageError,
     UnknownLeaderEpochError,
     UnknownTopicOrPartitionError,
 )
@@ -48,6 +49,7 @@ _STALE_ERRORS = (
     UnknownLeaderEpochError,
     NetworkError,
     RequestTimedOutError,
+    StorageError,  # the replica's log went offline: another one is elected (Kafka's too)
 )
 
 

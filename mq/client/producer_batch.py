@@ -31,6 +31,7 @@ class ProducerBatch:
         "deadline",
         "done",
         "error",
+        "last_error",
         "log_append_time",
         "max_bytes",
         "retry_at",
@@ -63,6 +64,8 @@ class ProducerBatch:
         self.base_offset = -1
         self.log_append_time = -1
         self.error: MQError | None = None
+        self.last_error: MQError | None = None
+        """The retriable error of the latest failed attempt (what a timeout reports)."""
         self.callbacks: list[Callable[[ProducerBatch], None]] | None = None
 
     def __repr__(self) -> str:

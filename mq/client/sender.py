@@ -196,7 +196,7 @@ class Sender:
             await self._bump_epoch()
         now = time.monotonic()
         for batch in acc.expired(now):
-            self._fail(batch, RequestTimedOutError(f"{batch!r} expired before it was sent"))
+            self._fail(batch, _expired(batch))
         nodes, wait, unknown = acc.ready(now, self._leader_of, muted)
         if unknown:
             self._client.request_metadata_update()
@@ -322,6 +322,8 @@ class Sender:
             self._client.note_error(error)
             backoff = min(self._backoff * 2 ** min(first.attempts, 30), self._backoff_max)
             log.debug("retrying %s in %.3fs after %r", first.tp, backoff, error)
+            for batch in batches:
+                batch.last_error = error
             self._acc.reenqueue(batches, now + backoff)
             return
         for batch in batches:
@@ -342,3 +344,14 @@ class Sender:
         room = self._room
         if room is not None and not room.done():
             room.set_result(None)
+
+
+def _expired(batch: ProducerBatch) -> MQError:
+    """The error of a batch past its delivery deadline: the last attempt's, if it failed
+    (a full disk's STORAGE_ERROR says more than a timeout), else a timeout."""
+    last = batch.last_error
+    if last is None:
+        return RequestTimedOutError(f"{batch!r} expired before it was sent")
+    return type(last)(
+        f"{batch!r} expired after {batch.attempts} attempts; the last failed: {last.message}"
+    )

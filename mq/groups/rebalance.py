@@ -24,7 +24,9 @@ The group, as :class:`GroupAssignment` sees it, driven by the coordinator::
         -> MemberView(assignment, revoke):
            revoke     = owned - target             give these up first
            assignment = target & (owned | free)    free: owned by no other member
-           and the member is recorded as owning owned | assignment
+           and the member is recorded as owning owned | assignment (of owned, only
+           the group's partitions and those it was known to own: a claim of
+           anything else cannot grow the state)
     leave(member)                leave_group, session expiry, rebalance timeout
         -> its partitions are free at once; the target is recomputed
     set_partitions(counts)       topics created, deleted or grown
@@ -84,10 +86,18 @@ class MemberView(NamedTuple):
 class GroupAssignment:
     """One group's members, target assignment and ownership (see the module docstring)."""
 
-    def __init__(self, assignor: str = "sticky") -> None:
+    def __init__(self, assignor: str = "sticky", *, deferred: bool = False) -> None:
         if assignor not in ASSIGNORS:
             raise ValueError(f"unknown assignor {assignor!r}; known: {sorted(ASSIGNORS)}")
         self.assignor = assignor
+        self.deferred = deferred
+        """Whether a change (join, leave, partition counts) only marks the target
+        :attr:`stale`, for :meth:`flush` to recompute, instead of recomputing it at once.
+        The assignor's run costs O(members + partitions): recomputed per join, N joins
+        cost O(N^2); the coordinator flushes once per tick, so a storm of joins costs
+        one run per tick. Meanwhile heartbeats answer from the previous target (a new
+        member's is empty), which never gives a partition two owners."""
+        self._stale = False
         self.generation = 0
         """Goes up each time the target changes; answers carry it, offset commits check it."""
         self._members: dict[str, Subscription] = {}
@@ -128,7 +138,7 @@ class GroupAssignment:
                 )
             self._members[member_id] = subscription
             if current.topics != subscription.topics:
-                self._retarget()
+                self._changed()
             return None
         replaced = None if instance_id is None else self._instances.get(instance_id)
         self._members[member_id] = subscription
@@ -136,13 +146,13 @@ class GroupAssignment:
             self._instances[instance_id] = member_id
         if replaced is None:
             self._target[member_id] = EMPTY
-            self._retarget()
+            self._changed()
             return None
         old = self._members.pop(replaced)
         self._target[member_id] = self._target.pop(replaced)
         self._set_owned(replaced, EMPTY)
         if old.topics != subscription.topics:
-            self._retarget()
+            self._changed()
         return replaced
 
     def leave(self, member_id: str) -> None:
@@ -154,7 +164,7 @@ class GroupAssignment:
             del self._instances[subscription.group_instance_id]
         del self._target[member_id]
         self._set_owned(member_id, EMPTY)
-        self._retarget()
+        self._changed()
 
     def set_partitions(self, partitions: Mapping[str, int]) -> None:
         """Set every topic's partition count (topics absent have none).
@@ -167,7 +177,7 @@ class GroupAssignment:
             raise ValueError(f"negative partition count in {dict(partitions)}")
         if partitions != self._partitions:
             self._partitions = dict(partitions)
-            self._retarget()
+            self._changed()
 
     def heartbeat(self, member_id: str, owned: Iterable[TopicPartition]) -> MemberView:
         """Record what the member owns and tell it what to own and what to give up."""
@@ -177,7 +187,15 @@ class GroupAssignment:
         target = self._target[member_id]
         conflicts = frozenset(tp for tp in reported if self._owner.get(tp, member_id) != member_id)
         assignment = frozenset(tp for tp in target if self._owner.get(tp, member_id) == member_id)
-        self._set_owned(member_id, (reported - conflicts) | assignment)
+        # Recorded: claims of the group's partitions, and of those the member was known to
+        # own (a deleted topic's, until it stops reporting them: the topic may come back).
+        # Other claims are in no target, so no one is granted them: they are answered
+        # with revoke but not kept, and a member's claims cannot grow the state.
+        counts, before = self._partitions, self._owned.get(member_id, EMPTY)
+        kept = frozenset(
+            tp for tp in reported if tp.partition < counts.get(tp.topic, 0) or tp in before
+        )
+        self._set_owned(member_id, (kept - conflicts) | assignment)
         return MemberView(assignment, (reported - target) | conflicts)
 
     def target(self, member_id: str) -> frozenset[TopicPartition]:
@@ -197,10 +215,31 @@ class GroupAssignment:
         return sorted(m for m, owned in self._owned.items() if owned - self._target[m])
 
     def is_stable(self) -> bool:
-        """Every member owns exactly its target."""
+        """Every member owns exactly its target (and the target is not stale)."""
+        if self._stale:
+            return False
         return all(self.owned(m) == target for m, target in self._target.items())
 
+    @property
+    def stale(self) -> bool:
+        """Whether a change waits for :meth:`flush` (only when :attr:`deferred`)."""
+        return self._stale
+
+    def flush(self) -> bool:
+        """Recompute a stale target; whether it was stale."""
+        if not self._stale:
+            return False
+        self._retarget()
+        return True
+
+    def _changed(self) -> None:
+        if self.deferred:
+            self._stale = True
+        else:
+            self._retarget()
+
     def _retarget(self) -> None:
+        self._stale = False
         assigned = ASSIGNORS[self.assignor](self._members, self._partitions, self._target)
         target = {member_id: frozenset(assigned[member_id]) for member_id in self._members}
         if target != self._target:

@@ -371,6 +371,11 @@ class SharePartition:
 
     # -- dead letters ---------------------------------------------------------------------
 
+    @property
+    def has_dead_letters(self) -> bool:
+        """Whether records wait to be copied to the dead-letter queue."""
+        return bool(self._dead_letters)
+
     def pending_dead_letters(self) -> list[DeadLetter]:
         return [
             DeadLetter(offset, entry.count, entry.error or "")

@@ -265,20 +265,30 @@ def _partition_of(key: str) -> tuple[str, int]:
 
 
 async def alter_isr(
-    store: MetadataStore, topic: str, index: int, leader: int, leader_epoch: int, isr: list[int]
+    store: MetadataStore,
+    topic: str,
+    index: int,
+    leader: int,
+    leader_epoch: int,
+    isr: list[int],
+    *,
+    based_on: int,
 ) -> tuple[PartitionState, int] | None:
     """A leader changes its partition's ISR: the new state and its revision.
 
     Not fenced by a controller epoch (the leader is not the controller) but by
-    the state itself: it must still name ``leader`` in ``leader_epoch``, and
-    the write compares the revision read, so a concurrent election wins and
-    this returns None.
+    the state itself: it must still be the state of revision ``based_on``, the
+    one the leader computed ``isr`` from (Kafka's partition epoch), so that a
+    write made meanwhile is never undone: an election, or a damaged or offline
+    replica leaving the ISR (which a leader adding it back from an older view
+    would make electable again). Returns None then; the leader sees
+    the newer state by its watch and decides again.
     """
     found = await read_partition(store, topic, index)
     if found is None:
         return None
     state, revision = found
-    if state.leader != leader or state.leader_epoch != leader_epoch:
+    if state.leader != leader or state.leader_epoch != leader_epoch or revision != based_on:
         return None
     wanted = state._replace(isr=tuple(r for r in state.replicas if r in set(isr) | {leader}))
     if wanted == state:

@@ -92,6 +92,9 @@ class Log:
         """The segments and their bookkeeping, for :mod:`mq.storage.retention` and
         :mod:`mq.storage.compaction` (see :class:`~mq.storage.chain.LogCore`)."""
         self._error: StorageError | None = None
+        self.on_offline: Callable[[StorageError], None] | None = None
+        """Told once, when a failed operation takes this log offline (from the thread
+        that failed: the event loop's, or a worker's for a read or a sync job)."""
         self.producers = producers.ProducerStates()
         """Idempotent producers' sequences (rebuilt by :meth:`open`)."""
         self._opened_ms = clock()
@@ -550,6 +553,8 @@ class Log:
                 f"partition {self.directory.name} is offline: {operation} failed: {exc}"
             )
             log.error("%s", self._error)
+            if self.on_offline is not None:
+                self.on_offline(self._error)
         return self._error
 
     def __repr__(self) -> str:

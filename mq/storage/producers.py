@@ -17,6 +17,15 @@ The table is derived data like the indexes: a snapshot is written at each
 segment roll (``<offset>.snapshot``, the state as of that offset) and the log
 rebuilds the rest on open by walking batch headers after the newest snapshot.
 
+The table is bounded: it keeps producers in the order they last wrote, and past
+:attr:`ProducerStates.max_producers` the one that wrote least recently is
+forgotten; :meth:`ProducerStates.expire` forgets those whose newest batch is older
+than a cutoff (the broker calls it periodically and when it opens a log, with
+Kafka's ``producer.id.expiration.ms``, so a restart, which rebuilds the table from
+an older snapshot and the batches after it, ends up agreeing with the table it
+had). A forgotten producer's next batch is refused as UNKNOWN_PRODUCER_ID unless
+it starts a new sequence.
+
 Thread safety: none; the log's writer is the only caller.
 """
 
@@ -24,7 +33,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +55,11 @@ CACHED_BATCHES = 5
 SEQUENCE_MODULUS = 2**31
 """Sequence numbers are int32 and wrap to 0 after the largest."""
 SNAPSHOT_VERSION = 1
+MAX_PRODUCERS = 10_000
+"""Producers one partition remembers (~1 KB each with their cached batches, and a
+snapshot's size): a partition seldom has more than a few hundred idempotent
+producers, so this leaves room while bounding what clients minting producer ids can
+make a partition keep (broker key ``max_producer_ids_per_partition``)."""
 
 
 class CachedBatch(NamedTuple):
@@ -77,8 +91,12 @@ def last_sequence_of(header: BatchHeader) -> int:
 class ProducerStates:
     """Per-producer sequence bookkeeping of one partition."""
 
-    def __init__(self) -> None:
-        self.producers: dict[int, ProducerEntry] = {}
+    def __init__(self, max_producers: int = MAX_PRODUCERS) -> None:
+        self.producers: OrderedDict[int, ProducerEntry] = OrderedDict()
+        """Least recently written first."""
+        self.max_producers = max_producers
+        self.forgotten = 0
+        """Producers dropped to stay within :attr:`max_producers` or expired."""
 
     def check(self, header: BatchHeader) -> CachedBatch | None:
         """Judge a batch before it is appended.
@@ -127,6 +145,8 @@ class ProducerStates:
         entry = self.producers.get(pid)
         if entry is None or header.producer_epoch > entry.epoch:
             entry = self.producers[pid] = ProducerEntry(header.producer_epoch)
+            self._trim()
+        self.producers.move_to_end(pid)
         entry.batches.append(
             CachedBatch(
                 header.base_sequence,
@@ -142,7 +162,22 @@ class ProducerStates:
         stale = [pid for pid, e in self.producers.items() if e.last_timestamp < older_than_ms]
         for pid in stale:
             del self.producers[pid]
+        self.forgotten += len(stale)
         return len(stale)
+
+    def bound(self, max_producers: int, older_than_ms: int) -> int:
+        """Apply the broker's bounds: at most ``max_producers`` (the least recently
+        written go first) and none older than ``older_than_ms``; returns how many went."""
+        self.max_producers = max_producers
+        before = self.forgotten
+        self.expire(older_than_ms)
+        self._trim()
+        return self.forgotten - before
+
+    def _trim(self) -> None:
+        while len(self.producers) > self.max_producers:
+            self.producers.popitem(last=False)
+            self.forgotten += 1
 
     def truncate(self, offset: int) -> None:
         """Forget batches at or after ``offset`` (the log was truncated there)."""

@@ -21,10 +21,16 @@ records are never decoded; the CRC covers them):
   passes the cache's entries).
 
 A single byte flipped anywhere in a batch of a gap-free log breaks one of
-these. Not caught: a sealed segment cut short exactly at a batch boundary
-(what is left is sound, and a gap before the next segment is allowed), and a
-``baseOffset`` flip in a compacted log that still lands between its
-neighbours.
+these. A sealed segment cut short exactly at a batch boundary leaves only
+sound batches, and a gap before the next segment is allowed: what tells is
+where the segment ended when it was written (``min_end``): the broker's own
+record of it while it runs, and after a restart the segment's synced
+indexes, which name its last indexed batch and, in the time index's final
+entry, its last batch when timestamps rise (:attr:`Segment.indexed_end`).
+Not caught: a cut after the last batch the indexes name (less than an index
+interval, when the last batches did not raise the max timestamp) while the
+broker was down, and a ``baseOffset`` flip in a compacted log that still
+lands between its neighbours.
 
 Thread safety: pure functions over files that only their owner writes, and a
 sealed segment is never written again (the cleaner replaces it by a rename);
@@ -137,10 +143,13 @@ def scan_buffer(
     epochs: Sequence[tuple[int, int]] = (),
     allow_padding: bool = False,
     pace: Pace | None = None,
+    min_end: int | None = None,
 ) -> SegmentDamage | None:
     """The first damaged batch of the segment bytes ``buf`` (None: all sound).
 
     ``next_base``: the next segment's base offset (no batch may reach it);
+    ``min_end``: the offset the batches must reach at least (where the segment
+    ended when it was written: a file cut at a batch boundary ends before);
     ``epochs``: the leader-epoch cache's ``(epoch, start_offset)`` entries;
     ``allow_padding``: zeros after the last batch are preallocated space (an
     active segment), not damage.
@@ -219,6 +228,13 @@ def scan_buffer(
             paced = 0
     if pace is not None and paced:
         pace(paced)
+    if min_end is not None and expected < min_end:
+        return damage(
+            f"the segment ends at offset {expected}, before offset {min_end} where it "
+            "ended when written (cut short at a batch boundary)",
+            None,
+            None,
+        )
     return None
 
 
@@ -230,6 +246,7 @@ def scrub_segment(
     epochs: Sequence[tuple[int, int]] = (),
     allow_padding: bool = False,
     pace: Pace | None = None,
+    min_end: int | None = None,
 ) -> SegmentDamage | None:
     """:func:`scan_buffer` over the file at ``path`` (read through a read-only map).
 
@@ -245,6 +262,7 @@ def scrub_segment(
             epochs=epochs,
             allow_padding=allow_padding,
             pace=pace,
+            min_end=min_end,
         )
 
 

@@ -87,6 +87,11 @@ class Segment:
         self._index_interval = index_interval
         self.size = 0
         self.next_offset = base_offset
+        self.indexed_end: int | None = None
+        """Set when a reopened sealed segment's own synced indexes record a batch past
+        its data: the offset after that batch at least. The file was cut short at a
+        batch boundary (every batch left is sound, so only this tells); the scrubber
+        reports it. None when the indexes agree (or were missing)."""
         self.max_timestamp = NO_TIMESTAMP
         self.active = False
 
@@ -136,9 +141,19 @@ class Segment:
         finally:
             io.close(fd)
         if not seg._load_indexes():
+            claimed = seg._indexed_last()
             log.info("rebuilding indexes of %s", seg.path)
             seg._rebuild_indexes()
             seg._write_indexes_durably()
+            if claimed is not None and claimed >= seg.next_offset:
+                seg.indexed_end = claimed + 1
+                log.error(
+                    "%s: the data ends at offset %d but the segment's indexes recorded a "
+                    "batch at offset %d: the file was cut short (reported to the scrubber)",
+                    seg.path,
+                    seg.next_offset,
+                    claimed,
+                )
         seg._release_indexes()  # the last one is made active after: its first append reloads
         seg._release_map()  # opening maps nothing for good: a read maps it again
         return seg
@@ -289,6 +304,17 @@ class Segment:
             rel = header.base_offset - self.base_offset
             pos += header.size
         return rel
+
+    def _indexed_last(self) -> int | None:
+        """The last batch offset the index files as read record (when both are whole and
+        ordered, else None): what the segment held when they were written."""
+        offsets, times = self.offset_index, self.time_index
+        if not (offsets.read_file() and times.read_file()):
+            return None
+        if not (offsets.increasing() and times.increasing()):
+            return None
+        rels = [*offsets.keys[-1:], *times.values[-1:]]
+        return self.base_offset + max(rels) if rels else None
 
     def _load_indexes(self) -> bool:
         """Load index files if they agree with the log; set next offset and max timestamp."""

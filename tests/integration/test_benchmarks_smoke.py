@@ -96,3 +96,17 @@ def test_memory_idle_and_loop_run_and_verify() -> None:
     [loop] = run_benchmark("benchmarks.memory", "loop", "--minutes", "0.05", "--messages", "2000")
     assert loop["verified"] is True
     assert loop["rounds"] == len(loop["samples_mb"]) >= 1
+
+
+def test_isolation_runs_a_pattern_between_two_solo_phases() -> None:
+    args = ("--patterns", "closed_polls", "--rate", "200", "--seconds", "1", "--ramp", "0.5")
+    [result] = run_benchmark("benchmarks.isolation", *args)
+
+    phases = result["phases"]
+    assert [p["pattern"] for p in phases] == ["solo", "closed_polls", "solo"]
+    for phase in phases:
+        assert phase["verified"] is True, phase["problem"]
+        assert phase["broker_alive"] is True
+        assert phase["rss_peak_mb"] > 0
+        assert phase["fds_peak"] > 0
+    assert result["solo_p99_ms"] > 0

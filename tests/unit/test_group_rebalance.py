@@ -213,9 +213,12 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.consumers: dict[str, Consumer] = {}
         self.next_id = 0
 
-    @initialize(assignor=st.sampled_from(sorted(ASSIGNORS)), partitions=counts)
-    def create(self, assignor: str, partitions: Counts) -> None:
-        self.group = GroupAssignment(assignor)
+    @initialize(
+        assignor=st.sampled_from(sorted(ASSIGNORS)), partitions=counts, deferred=st.booleans()
+    )
+    def create(self, assignor: str, partitions: Counts, deferred: bool) -> None:
+        """``deferred``: the coordinator's way, changes wait for a flush (its tick)."""
+        self.group = GroupAssignment(assignor, deferred=deferred)
         self.group.set_partitions(partitions)
 
     def new_id(self) -> str:
@@ -272,6 +275,15 @@ class ProtocolMachine(RuleBasedStateMachine):
     def heartbeat(self, member: str, lose_answer: bool) -> None:
         self.beat(member, lose_answer)
 
+    @rule()
+    def flush(self) -> None:
+        """The coordinator's tick: a deferred group's stale target is recomputed."""
+        was_stale = self.group.stale
+        assert self.group.flush() == was_stale
+        assert not self.group.stale
+        if was_stale:
+            event("flush: the target was stale")
+
     @rule(member=members)
     def acknowledge_revocation(self, member: str) -> None:
         consumer = self.consumers[member]
@@ -285,6 +297,7 @@ class ProtocolMachine(RuleBasedStateMachine):
         Round 1 tells owners to revoke, round 2 frees what they revoked (and
         hands it out to members that come after them), round 3 hands out the rest.
         """
+        self.flush()
         for _ in range(3):
             for member in sorted(self.consumers):
                 self.beat(member, lose_answer=False)
@@ -325,6 +338,10 @@ class ProtocolMachine(RuleBasedStateMachine):
     def the_target_is_a_complete_assignment(self) -> None:
         members = dict(self.group.members)
         assert set(members) == set(self.consumers)
+        assert self.group.deferred or not self.group.stale
+        if self.group.stale:
+            assert not self.group.is_stable()
+            return  # complete again at the next flush
         target = {m: set(self.group.target(m)) for m in members}
         check_complete(members, dict(self.group.partitions), target)
 

@@ -73,3 +73,30 @@ def test_the_epoch_is_read_from_the_headers_without_decoding_the_state() -> None
     states.admit(build_batch([(KEY.encode(), b"\xc1 not msgpack", headers, 0)]))
     with pytest.raises(FencedLeaderEpochError):
         states.admit(batch(5))
+
+
+def keyed_batch(key: ShareKey, epoch: int, topic_id: str = "t1") -> bytes:
+    value = {"topic_id": topic_id, "epoch": epoch, "state": {"start": 0, "runs": []}}
+    return build_batch([(key.encode(), msgpack.packb(value), [], 0)])
+
+
+def test_epochs_the_view_already_covers_are_not_remembered() -> None:
+    """Issue 18, F7: the table used to keep one entry per share partition ever saved."""
+    states = store(view_epoch=5)
+    for group in range(1_000):
+        states.admit(keyed_batch(ShareKey(f"g{group}", "jobs", 0), 5))
+    assert len(states._epochs) == 0
+    states.admit(keyed_batch(ShareKey("ahead", "jobs", 0), 6))  # the view lags: kept
+    assert len(states._epochs) == 1
+    with pytest.raises(FencedLeaderEpochError):  # and the view still fences the rest
+        states.admit(keyed_batch(ShareKey("g1", "jobs", 0), 4))
+
+
+def test_remembered_epochs_are_bounded_oldest_first() -> None:
+    states = ShareStateStore(SimpleNamespace(view=ClusterView()), max_fence_entries=100)  # type: ignore[arg-type]
+    for group in range(1_000):  # the view knows none of them: each is remembered
+        states.admit(keyed_batch(ShareKey(f"g{group}", "jobs", 0), 3))
+    assert len(states._epochs) <= 100
+    assert (ShareKey("g999", "jobs", 0), "t1") in states._epochs  # the newest stay
+    with pytest.raises(FencedLeaderEpochError):
+        states.admit(keyed_batch(ShareKey("g999", "jobs", 0), 2))
