@@ -64,6 +64,7 @@ from mq.replication.placement import (
     assign_replicas,
     elect_leader,
     over_capacity,
+    replica_counts,
 )
 from mq.replication.store import CompactedError, EventKind, Lease, MetadataStore
 
@@ -288,7 +289,7 @@ class ControllerSeat:
         replicas = assign_replicas(live, partitions, replication_factor)
         refusal = over_capacity(
             {node: info.max_partitions for node, info in live.items()},
-            (state.replicas for state in self._view.partitions.values()),
+            replica_counts(state.replicas for state in self._view.partitions.values()),
             replicas,
         )
         if refusal is not None:  # before anything is written: no broker makes a file
@@ -319,7 +320,31 @@ class ControllerSeat:
         controller = self._require_controller()
         live, _ = await membership.live_brokers(self._store)  # fresher than the watch
         write = partial(self._write_partition, controller)
-        return await reassignment.reassign(set(live), moves, write)
+        refused = self._over_capacity(live, moves)
+        allowed = {key: target for key, target in moves.items() if key not in refused}
+        return refused | await reassignment.reassign(set(live), allowed, write)
+
+    def _over_capacity(
+        self,
+        live: Mapping[int, membership.BrokerInfo],
+        moves: Mapping[TopicPartitionKey, Sequence[int] | None],
+    ) -> reassignment.Results:
+        """Moves that would take a broker past the partitions it may host, refused
+        with POLICY_VIOLATION (the others count as accepted, in key order)."""
+        limits = {node: info.max_partitions for node, info in live.items()}
+        hosted = replica_counts(state.replicas for state in self._view.partitions.values())
+        refused: reassignment.Results = {}
+        for key in sorted(moves):
+            target, state = moves[key], self._view.partitions.get(key)
+            if target is None or state is None:
+                continue
+            new = tuple(node for node in target if node not in state.replicas)
+            refusal = over_capacity(limits, hosted, [new])
+            if refusal is not None:
+                refused[key] = PolicyViolationError(f"{key[0]}-{key[1]}: {refusal}")
+            else:
+                hosted.update(new)
+        return refused
 
     async def elect_preferred_leaders(
         self, partitions: Iterable[TopicPartitionKey] | None = None

@@ -389,27 +389,29 @@ def _leader_path(
     return None
 
 
+def replica_counts(existing: Iterable[Sequence[int]]) -> Counter[int]:
+    """How many replicas each broker hosts, from every partition's replica list (one
+    pass: 10,000 partitions take milliseconds)."""
+    return Counter(node for replicas in existing for node in replicas)
+
+
 def over_capacity(
     limits: Mapping[int, int],
-    existing: Iterable[Sequence[int]],
+    hosted: Mapping[int, int],
     new: Sequence[Sequence[int]],
 ) -> str | None:
     """Why the replica lists ``new`` would take a broker past its limit, or None.
 
-    ``limits`` is each broker's most hosted replicas (0: none known),
-    ``existing`` the replica lists of every partition already placed. Costs one
-    pass over them (a create is rare; 10,000 partitions take milliseconds).
+    ``limits`` is each broker's most hosted replicas (0: none known), ``hosted``
+    what each hosts now (:func:`replica_counts`).
     """
     adding = Counter(node for replicas in new for node in replicas)
     capped = {node for node in adding if limits.get(node, 0) > 0}
-    if not capped:
-        return None
-    hosted = Counter(node for replicas in existing for node in replicas if node in capped)
     for node in sorted(capped):
         limit = limits[node]
-        if hosted[node] + adding[node] > limit:
+        if hosted.get(node, 0) + adding[node] > limit:
             return (
-                f"broker {node} hosts {hosted[node]} partitions and may host {limit} "
+                f"broker {node} hosts {hosted.get(node, 0)} partitions and may host {limit} "
                 f"(max_partitions, from its file budget): {adding[node]} more are refused"
             )
     return None

@@ -9,7 +9,7 @@ import pytest
 from mq.broker import limits
 from mq.broker.config import BrokerConfig
 from mq.errors import InvalidConfigError
-from mq.replication.placement import over_capacity
+from mq.replication.placement import over_capacity, replica_counts
 
 
 def test_the_descriptor_budget_caps_the_file_cache() -> None:
@@ -69,7 +69,8 @@ def test_the_soft_descriptor_limit_is_raised_to_the_hard_one() -> None:
 
 
 def test_over_capacity_counts_every_replica_of_a_broker() -> None:
-    existing = [(1, 2), (2, 3), (1, 3)]
+    existing = replica_counts([(1, 2), (2, 3), (1, 3)])
+    assert existing == {1: 2, 2: 2, 3: 2}
     assert over_capacity({1: 4, 2: 4, 3: 4}, existing, [(1, 2), (1, 3)]) is None
     reason = over_capacity({1: 3, 2: 0, 3: 9}, existing, [(1, 2), (1, 3)])
     assert reason is not None
