@@ -24,7 +24,8 @@ both finite, and a broker that once ran out of either must still start.
 The broker sizes both from its limits at start (:func:`configure`, called by
 ``mq.broker.limits``); tests and tools get the defaults.
 
-Thread safety: every method takes the cache's lock; eviction runs under it.
+Thread safety: every method takes the cache's lock (eviction runs under it),
+except :meth:`MapCache.touch`, a single ``OrderedDict`` call.
 """
 
 from __future__ import annotations
@@ -294,10 +295,15 @@ class MapCache:
             victim.drop_map()
 
     def touch(self, owner: Mapped) -> None:
-        """``owner`` used its map: it becomes the most recently used."""
-        with self._lock:
-            if owner in self._maps:
-                self._maps.move_to_end(owner)
+        """``owner`` used its map: it becomes the most recently used.
+
+        On every read, so without the lock: ``move_to_end`` is one call into C,
+        atomic under the GIL, and an owner evicted meanwhile raises KeyError.
+        """
+        try:
+            self._maps.move_to_end(owner)
+        except KeyError:
+            pass  # dropped by another thread since it mapped
 
     def discard(self, owner: Mapped) -> None:
         """``owner`` let go of its map itself (closed, deleted, made active)."""
