@@ -266,6 +266,20 @@ class InvalidReplicaAssignmentError(MQError):
     default_message = "the replica assignment is invalid (empty, a broker twice, a dead broker)"
 
 
+class PolicyViolationError(MQError):
+    """Kafka's POLICY_VIOLATION: the request is valid but a broker's limit refuses it.
+
+    Raised when a topic's partitions would take a broker past the partitions its
+    file budget allows (``max_partitions``, :mod:`mq.broker.limits`). Not
+    retriable: the same request fails until partitions are deleted or the
+    limit is raised.
+    """
+
+    code = 44
+    name = "POLICY_VIOLATION"
+    default_message = "the request is refused by a broker's limits"
+
+
 class NotControllerError(MQError):
     code = 41
     name = "NOT_CONTROLLER"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -210,6 +211,7 @@ class BrokerProcess:
         log_path: Path | None = None,
         new_session: bool = False,
         host: str | None = None,
+        nofile: int | None = None,
     ) -> None:
         """``settings`` are top-level broker settings of the config file; ``log_settings``
         its ``[log]`` table (``segment_bytes`` is a shorthand for ``segment.bytes``).
@@ -218,7 +220,8 @@ class BrokerProcess:
         ``log_path`` also appends every stderr line to that file; ``new_session`` keeps
         a terminal's Ctrl-C from reaching the broker. ``host`` (a loopback address)
         becomes ``--host``: the broker listens there and advertises it; None leaves
-        the broker's default (127.0.0.1)."""
+        the broker's default (127.0.0.1). ``nofile`` sets the process's
+        ``RLIMIT_NOFILE`` (soft and hard) before it runs."""
         self.data_dir = data_dir
         self.node_id = node_id
         self.metadata = metadata
@@ -229,6 +232,7 @@ class BrokerProcess:
         self.log_path = log_path
         self.new_session = new_session
         self.bind_host = host
+        self.nofile = nofile
         self.host = host or HOST
         self.port = port
         self.proc: subprocess.Popen[bytes] | None = None
@@ -285,6 +289,7 @@ class BrokerProcess:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 start_new_session=self.new_session,
+                preexec_fn=None if self.nofile is None else self._limit_nofile,
             )
         except OSError as exc:
             raise LocalClusterError(f"cannot start {self._name()}: {exc}") from exc
@@ -295,6 +300,11 @@ class BrokerProcess:
             target=self._read, args=(self.proc, self._listening, log), daemon=True
         )
         self._reader.start()
+
+    def _limit_nofile(self) -> None:
+        """In the child, before ``exec``: the descriptor limit the broker runs under."""
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
 
     def wait_listening(self, timeout_s: float) -> None:
         """Wait until it listens; kill it and raise LocalClusterError if it exits or takes

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from mq.broker import producer_ids
+from mq.broker import limits, producer_ids
 from mq.broker.catalog import LegacyCatalog, split_topic_configs, topic_log_config
 from mq.broker.config import BrokerConfig
 from mq.broker.isr import IsrManager
@@ -89,6 +89,8 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.node_id = config.node_id
+        self.limits = limits.apply(config)
+        """The file budget: descriptors, maps, the partitions this broker may host."""
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.view = ClusterView()
         self.store: MetadataStore = (
@@ -167,7 +169,9 @@ class Broker:
         deadline = loop.time() + self.config.session_timeout_ms / 1000 * 1.5 + 1
         while True:
             self.seat = ControllerSeat(
-                self.store, BrokerInfo(self.node_id, host, port), self._lease
+                self.store,
+                BrokerInfo(self.node_id, host, port, self.limits.max_partitions),
+                self._lease,
             )
             try:
                 await self.seat.start()

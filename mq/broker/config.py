@@ -85,6 +85,26 @@ class BrokerConfig:
     malloc_trim_bytes: int = 512 * MiB
     """Freed memory glibc keeps for reuse instead of handing it back to the kernel
     (:func:`mq.allocator.keep_freed_memory`); 0 leaves malloc's defaults alone."""
+    max_open_files: int = 1024
+    """Active segments' descriptors kept open at once (an LRU, :mod:`mq.storage.handles`);
+    capped at start by the fd budget, ``RLIMIT_NOFILE`` less :attr:`fd_reserve`. A
+    partition whose file was closed reopens it on its next append (microseconds)."""
+    fd_reserve: int = 512
+    """Descriptors the storage budget leaves to everything else: client and broker
+    connections, the metadata store's, the listening socket, log files, the
+    interpreter's own (Kafka's advice: size ``ulimit -n`` for sockets *and* files)."""
+    max_segment_maps: int = 16_384
+    """Sealed segments' and index files' maps kept at once (an LRU); each costs one of
+    the kernel's ``vm.max_map_count`` areas (65,530 by default), which every hosted
+    partition's active segment also takes one of."""
+    map_reserve: int = 2_048
+    """``vm.max_map_count`` areas left to the interpreter, its libraries, thread stacks
+    and the allocator's arenas (a broker uses a few hundred)."""
+    max_partitions: int = 0
+    """Most partition replicas this broker hosts; 0: as many as the map budget allows
+    (``vm.max_map_count`` less :attr:`map_reserve` and :attr:`max_segment_maps`: one
+    map per hosted partition). Topics past it are refused at creation with
+    POLICY_VIOLATION, before any file is made (:mod:`mq.broker.limits`)."""
     group_max_size: int = 1_000
     """Members one consumer group may have (Kafka's ``group.max.size``, whose default is
     unbounded): GROUP_MAX_SIZE_REACHED past it. A member beyond a group's partition
@@ -167,6 +187,8 @@ class BrokerConfig:
             "scrub_interval_ms",
             "high_watermark_checkpoint_ms",
             "share_state_load_wait_ms",
+            "max_open_files",
+            "max_segment_maps",
             "group_max_size",
             "group_max_topics_per_member",
             "max_groups",
@@ -182,6 +204,9 @@ class BrokerConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise InvalidConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("fd_reserve", "map_reserve", "max_partitions"):
+            if getattr(self, name) < 0:
+                raise InvalidConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.metadata is not None and not self.metadata.startswith("etcd://"):
             raise InvalidConfigError(f"metadata must be etcd://HOST:PORT, got {self.metadata!r}")
 

@@ -162,6 +162,11 @@ class ReplicaManager:
 
     def _open(self, topic: TopicRecord, index: int) -> Partition | None:
         broker = self._broker
+        refusal = broker.limits.refusal(len(broker.partitions), 1)
+        if refusal is not None:  # the controller refuses this at creation; a reassignment
+            # or a limit lowered since a restart may still ask: no file is made
+            log.error("%s-%d is not opened here: %s", topic.name, index, refusal)
+            return None
         directory = broker.config.data_dir / f"{topic.name}-{index}"
         try:
             _claim(directory, topic.topic_id)

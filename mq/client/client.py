@@ -42,6 +42,7 @@ from mq.errors import (
     NetworkError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
+    error_for_code,
 )
 from mq.wire.apis_core import METADATA, MetadataResponse
 from mq.wire.registry import Api
@@ -339,12 +340,18 @@ class Client:
         """Wait until every topic in ``topics`` has a leader for each partition.
 
         Raises UnknownTopicOrPartitionError (or RequestTimedOutError) after
-        ``timeout_s`` if one is still unknown (or leaderless).
+        ``timeout_s`` if one is still unknown (or leaderless), and at once the
+        error of a topic the broker refuses for good (not retriable: say, an
+        auto-creation past a broker's partition limit, POLICY_VIOLATION).
         """
         wanted = set(topics)
         self.add_topics(wanted)
         deadline = time.monotonic() + timeout_s
         while missing := self.metadata.missing(wanted):
+            for name in sorted(missing):
+                code = self.metadata.topic_errors.get(name, 0)
+                if code and not error_for_code(code).retriable:
+                    raise error_for_code(code)(f"topic {name!r}: the broker refuses it")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 unknown = [t for t in missing if t in self.metadata.topic_errors]

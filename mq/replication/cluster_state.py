@@ -144,6 +144,24 @@ async def read_partition(
     return None if entry is None else (_unpack_state(entry.value), entry.mod_revision)
 
 
+async def update_partitions(
+    store: MetadataStore,
+    controller: Controller,
+    updates: list[tuple[str, int, PartitionState, int]],
+) -> int | None:
+    """Compare-and-swap several partitions' states at once (``(topic, index, state,
+    expected revision)`` each): the revision, or None if any changed meanwhile (then
+    nothing is written). Raises NotControllerError if the controller was fenced off.
+    """
+    guards = [fence(controller)]
+    guards += [Compare(partition_key(t, i), expected) for t, i, _, expected in updates]
+    ops: list[Operation] = [Put(partition_key(t, i), _pack_state(s)) for t, i, s, _ in updates]
+    revision = await store.commit(guards, ops)
+    if revision is None:
+        await _refused(store, controller)
+    return revision
+
+
 async def update_partition(
     store: MetadataStore,
     controller: Controller,

@@ -42,7 +42,12 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from functools import partial
 
-from mq.errors import MQError, NotControllerError, UnknownTopicOrPartitionError
+from mq.errors import (
+    MQError,
+    NotControllerError,
+    PolicyViolationError,
+    UnknownTopicOrPartitionError,
+)
 from mq.replication import cluster_state, membership, reassignment
 from mq.replication.cluster_state import ClusterView, TopicRecord
 from mq.replication.membership import (
@@ -58,6 +63,8 @@ from mq.replication.placement import (
     TopicPartitionKey,
     assign_replicas,
     elect_leader,
+    over_capacity,
+    replica_counts,
 )
 from mq.replication.store import CompactedError, EventKind, Lease, MetadataStore
 
@@ -67,6 +74,11 @@ UNCLEAN_ELECTION = "unclean.leader.election.enable"
 RETRY_S = 0.5
 """Pause before campaigning again after an error of the store."""
 STOP_TIMEOUT_S = 2.0
+ELECTION_BATCH = 100
+"""Partition states an election writes per store transaction: a broker restarting
+with 10,000 partitions is re-elected in 100 commits, not 10,000 (each of which
+rewrites the embedded store's whole file). Under etcd's default ``--max-txn-ops``
+of 128."""
 
 
 class ControllerSeat:
@@ -193,6 +205,9 @@ class ControllerSeat:
         """Give every partition whose leader or ISR member is gone its new state."""
         live = frozenset(self._live)
         view = self._view
+        pending: list[
+            tuple[str, int, PartitionState, int, Callable[[PartitionState], PartitionState]]
+        ] = []
         for (topic, index), state in sorted(view.partitions.items()):
             info = view.topics.get(topic)
             unclean = info is not None and info.configs.get(UNCLEAN_ELECTION) == "true"
@@ -207,8 +222,18 @@ class ControllerSeat:
                     state.leader_epoch,
                 )
                 change = partial(after_restart, seen=state, live=live)
-            if change(state) != state:
-                await self._write_partition(controller, topic, index, change)
+            wanted = change(state)
+            if wanted != state:
+                pending.append((topic, index, wanted, revision, change))
+        for start in range(0, len(pending), ELECTION_BATCH):
+            chunk = pending[start : start + ELECTION_BATCH]
+            updates = [(topic, index, wanted, rev) for topic, index, wanted, rev, _ in chunk]
+            if await cluster_state.update_partitions(self._store, controller, updates):
+                for topic, index, wanted, _, _ in chunk:
+                    log.info("controller: %s-%d is now %s", topic, index, wanted)
+                continue
+            for topic, index, _, _, each in chunk:  # one changed meanwhile: one by one
+                await self._write_partition(controller, topic, index, each)
 
     async def _write_partition(
         self,
@@ -262,6 +287,13 @@ class ControllerSeat:
         if replication_factor < 0:
             replication_factor = max(1, min(len(live), -replication_factor))
         replicas = assign_replicas(live, partitions, replication_factor)
+        refusal = over_capacity(
+            {node: info.max_partitions for node, info in live.items()},
+            replica_counts(state.replicas for state in self._view.partitions.values()),
+            replicas,
+        )
+        if refusal is not None:  # before anything is written: no broker makes a file
+            raise PolicyViolationError(f"topic {name!r} refused: {refusal}")
         topic = TopicRecord(name, topic_id or uuid.uuid4().hex, partitions, dict(configs), internal)
         if validate_only:
             return topic
@@ -288,7 +320,31 @@ class ControllerSeat:
         controller = self._require_controller()
         live, _ = await membership.live_brokers(self._store)  # fresher than the watch
         write = partial(self._write_partition, controller)
-        return await reassignment.reassign(set(live), moves, write)
+        refused = self._over_capacity(live, moves)
+        allowed = {key: target for key, target in moves.items() if key not in refused}
+        return refused | await reassignment.reassign(set(live), allowed, write)
+
+    def _over_capacity(
+        self,
+        live: Mapping[int, membership.BrokerInfo],
+        moves: Mapping[TopicPartitionKey, Sequence[int] | None],
+    ) -> reassignment.Results:
+        """Moves that would take a broker past the partitions it may host, refused
+        with POLICY_VIOLATION (the others count as accepted, in key order)."""
+        limits = {node: info.max_partitions for node, info in live.items()}
+        hosted = replica_counts(state.replicas for state in self._view.partitions.values())
+        refused: reassignment.Results = {}
+        for key in sorted(moves):
+            target, state = moves[key], self._view.partitions.get(key)
+            if target is None or state is None:
+                continue
+            new = tuple(node for node in target if node not in state.replicas)
+            refusal = over_capacity(limits, hosted, [new])
+            if refusal is not None:
+                refused[key] = PolicyViolationError(f"{key[0]}-{key[1]}: {refusal}")
+            else:
+                hosted.update(new)
+        return refused
 
     async def elect_preferred_leaders(
         self, partitions: Iterable[TopicPartitionKey] | None = None

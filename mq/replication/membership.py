@@ -37,6 +37,9 @@ class BrokerInfo(NamedTuple):
     node_id: int
     host: str
     port: int
+    max_partitions: int = 0
+    """Most partition replicas the broker hosts (its file budget,
+    :mod:`mq.broker.limits`); 0: no limit known (a broker of an older version)."""
 
 
 class Controller(NamedTuple):
@@ -51,7 +54,7 @@ def broker_key(node_id: int) -> str:
 
 async def register(store: MetadataStore, info: BrokerInfo, lease: Lease) -> int:
     """Register a live broker under ``lease``; the revision. Refused if the id is taken."""
-    value = msgpack.packb([info.node_id, info.host, info.port])
+    value = msgpack.packb([info.node_id, info.host, info.port, info.max_partitions])
     key = broker_key(info.node_id)
     revision = await store.commit([Compare(key, 0)], [Put(key, value, lease.id)])
     if revision is None:

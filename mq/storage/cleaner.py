@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import json
 import logging
-import mmap
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -131,7 +130,7 @@ class CleanJob:
 
     def run(self) -> None:
         """Clean the range into ``.cleaned/``; a failure lands in :attr:`error`."""
-        maps: list[mmap.mmap | None] = []
+        maps: list[memoryview | None] = []
         try:
             prepare_cleaned_dir(self.directory, self.io)
             maps = [self._map(source) for source in self.sources]
@@ -141,23 +140,20 @@ class CleanJob:
             self.error = exc
             self.outputs = []
         finally:
-            for buf in maps:
-                if buf is not None:
-                    try:
-                        buf.close()
-                    except BufferError:
-                        pass  # a view in a traceback: the map goes with it
+            maps.clear()  # unmapped when the last view goes (a traceback may hold one)
 
     # -- pass one: the newest offset of every key --------------------------------
 
-    def _map(self, source: Source) -> mmap.mmap | None:
+    def _map(self, source: Source) -> memoryview | None:
+        """A map of the source that holds no descriptor (:mod:`mq.storage.mapping`): a
+        pass over hundreds of segments needs none of the broker's few."""
         fd = self.io.open(source.path, write=False)
         try:
-            return self.io.map(fd, source.size, write=False) if source.size else None
+            return self.io.map_view(fd, source.size, write=False) if source.size else None
         finally:
             self.io.close(fd)
 
-    def _newest_offsets(self, maps: list[mmap.mmap | None]) -> dict[bytes, int]:
+    def _newest_offsets(self, maps: list[memoryview | None]) -> dict[bytes, int]:
         latest: dict[bytes, int] = {}
         for n, buf in enumerate(maps):
             if n and len(latest) >= self.max_keys:
@@ -181,7 +177,7 @@ class CleanJob:
 
     # -- pass two: the cleaned segments -------------------------------------------
 
-    def _write_outputs(self, maps: list[mmap.mmap | None], latest: dict[bytes, int]) -> None:
+    def _write_outputs(self, maps: list[memoryview | None], latest: dict[bytes, int]) -> None:
         horizon: int | None = None
         cleaned = self.directory / CLEANED_DIR
         for group in self._groups():
@@ -240,7 +236,7 @@ class CleanJob:
         return groups
 
     def _clean_batch(
-        self, buf: mmap.mmap, pos: int, header: BatchHeader, latest: dict[bytes, int]
+        self, buf: memoryview, pos: int, header: BatchHeader, latest: dict[bytes, int]
     ) -> tuple[bool, bytes | None, int | None]:
         """Whether the batch stays whole; else its rebuilt bytes (None: it goes). And its
         delete horizon if it keeps a tombstone."""
@@ -296,11 +292,11 @@ class _Spool:
         self._io = io
         self._path = path
         self._fd: int | None = None
-        self._pending: list[tuple[mmap.mmap, int, int] | bytes] = []
+        self._pending: list[tuple[memoryview, int, int] | bytes] = []
         self._pending_bytes = 0
         self.written = 0
 
-    def add_range(self, buf: mmap.mmap, start: int, end: int) -> None:
+    def add_range(self, buf: memoryview, start: int, end: int) -> None:
         last = self._pending[-1] if self._pending else None
         if isinstance(last, tuple) and last[0] is buf and last[2] == start:
             self._pending[-1] = (buf, last[1], end)  # contiguous batches: one range
@@ -355,7 +351,7 @@ class _Spool:
             self._io.close(self._fd)
 
 
-def _batches(buf: mmap.mmap | None) -> Iterator[tuple[int, BatchHeader]]:
+def _batches(buf: memoryview | None) -> Iterator[tuple[int, BatchHeader]]:
     """(position, header) of every batch in a segment's map, each checked."""
     if buf is None:
         return

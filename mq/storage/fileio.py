@@ -17,6 +17,8 @@ import mmap
 import os
 from pathlib import Path
 
+from mq.storage.mapping import map_file
+
 
 class FileIO:
     """Blocking file operations used by segments, indexes and checkpoints."""
@@ -105,6 +107,12 @@ class FileIO:
         if write and length and hasattr(mmap, "MADV_RANDOM"):
             mapped.madvise(mmap.MADV_RANDOM)
         return mapped
+
+    def map_view(self, fd: int, length: int, *, write: bool) -> memoryview:
+        """As :meth:`map`, for a map kept past this call: it holds no descriptor
+        (see :mod:`mq.storage.mapping`); dropping the last view unmaps it."""
+        advice = getattr(mmap, "MADV_RANDOM", None) if write else None
+        return map_file(fd, length, write=write, advice=advice)
 
     def unlink(self, path: Path) -> None:
         os.unlink(path)

@@ -2,9 +2,11 @@
 
 :meth:`Log.begin_flush <mq.storage.log.Log.begin_flush>` (fast, on the log's
 owner) snapshots what must reach the disk into a :class:`FlushJob`: the rolled
-segments not synced yet, a duplicate of the active segment's descriptor and
-the recovery checkpoint to write once those are durable. :meth:`FlushJob.run`
-does the syncs and can run in a worker thread while appends continue;
+segments not synced yet, the active segment's file handle (pinned only while
+the job runs, so that thousands of queued jobs hold no descriptor: see
+:mod:`mq.storage.handles`) and the recovery checkpoint to write once those
+are durable. :meth:`FlushJob.run` does the syncs and can run in a worker
+thread while appends continue;
 :meth:`Log.end_flush <mq.storage.log.Log.end_flush>` records the result (a
 failed job takes the log offline).
 
@@ -19,6 +21,7 @@ from pathlib import Path
 
 from mq.storage.checkpoint import Checkpoint, write_checkpoint
 from mq.storage.fileio import FileIO
+from mq.storage.handles import FILES, FileHandle
 from mq.storage.segment import Segment
 
 
@@ -29,7 +32,8 @@ class FlushJob:
     directory: Path
     io: FileIO
     sealed: list[Segment]
-    active_fd: int | None
+    active_file: FileHandle | None
+    """The active segment's file to sync, if it has unsynced bytes."""
     active_size: int
     active_generation: int
     """Which file ``active_size`` is about (:attr:`mq.storage.chain.SegmentChain.generation`)."""
@@ -43,16 +47,21 @@ class FlushJob:
                     segment.sync()
                 except FileNotFoundError:
                     pass  # deleted by retention meanwhile: nothing left to keep
-            if self.active_fd is not None:
-                self.io.fdatasync(self.active_fd)
+            if self.active_file is not None:
+                self._sync_active(self.active_file)
             if self.checkpoint is not None:
                 self.io.fsync_dir(self.directory)
                 write_checkpoint(self.directory, self.io, self.checkpoint)
         except OSError as exc:
             self.error = exc
+
+    def _sync_active(self, handle: FileHandle) -> None:
+        fd = FILES.try_pin(handle)
+        if fd is None:
+            # sealed since the snapshot: the log syncs it as a rolled segment, and
+            # end_flush does not count these bytes (the generation moved on)
+            return
+        try:
+            self.io.fdatasync(fd)
         finally:
-            if self.active_fd is not None:
-                try:
-                    self.io.close(self.active_fd)
-                except OSError as exc:
-                    self.error = self.error or exc
+            FILES.unpin(handle)

@@ -18,14 +18,16 @@ a map it is page cache, which the kernel reclaims from segments nobody reads.
 So the entries held in memory are bounded by the active segments only. Any
 change to a released index (an append after a restart made the segment active
 again, a truncation, a rewrite) first reads the entries back into arrays and
-closes the map, so the file is never written while it is mapped.
+closes the map, so the file is never written while it is mapped. Maps of
+released indexes count in the process's :data:`~mq.storage.handles.MAPS`,
+which may drop one at any time (:meth:`SparseIndex.drop_map`): the next lookup
+maps the file again, and a lookup under way keeps the columns it holds.
 
 Thread safety: none. The segment that owns an index is its only caller.
 """
 
 from __future__ import annotations
 
-import mmap
 import struct
 from array import array
 from bisect import bisect_right
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import overload
 
 from mq.storage.fileio import FileIO
+from mq.storage.handles import MAPS
 
 
 class _MappedColumn(Sequence[int]):
@@ -45,7 +48,7 @@ class _MappedColumn(Sequence[int]):
 
     __slots__ = ("_buf", "_count", "_entry", "_field")
 
-    def __init__(self, buf: mmap.mmap | None, entry: struct.Struct, field: int) -> None:
+    def __init__(self, buf: memoryview | None, entry: struct.Struct, field: int) -> None:
         self._buf = buf
         self._entry = entry
         self._field = field
@@ -84,7 +87,7 @@ class SparseIndex:
         # None once released: the entries are the file's, read through _map
         self._keys: array[int] | None = array(self.KEY_TYPE)
         self._values: array[int] | None = array(self.VALUE_TYPE)
-        self._map: mmap.mmap | None = None
+        self._map: memoryview | None = None
         self._columns: tuple[_MappedColumn, _MappedColumn] | None = None
         self._persisted = 0
         self._file_entries = 0
@@ -114,20 +117,33 @@ class SparseIndex:
         return i - 1 if i else None
 
     def _mapped(self) -> tuple[_MappedColumn, _MappedColumn]:
-        """The columns over the file's map, mapping it on first use (an empty file: none)."""
-        if self._columns is None:
+        """The columns over the file's map, mapping it on first use (an empty file: none).
+
+        The columns hold the map: a caller keeps them for the whole lookup.
+        """
+        columns = self._columns
+        if columns is None:
+            buf = None
             fd = self._io.open(self.path, write=False)
             try:
                 length = self._io.size(fd)
                 if length:
-                    self._map = self._io.map(fd, length, write=False)
+                    buf = self._io.map_view(fd, length, write=False)
             finally:
                 self._io.close(fd)
-            self._columns = (
-                _MappedColumn(self._map, self.ENTRY, 0),
-                _MappedColumn(self._map, self.ENTRY, 1),
-            )
-        return self._columns
+            columns = (_MappedColumn(buf, self.ENTRY, 0), _MappedColumn(buf, self.ENTRY, 1))
+            self._map, self._columns = buf, columns
+            if buf is not None:
+                MAPS.add(self)
+        elif self._map is not None:
+            MAPS.touch(self)
+        return columns
+
+    def drop_map(self) -> None:
+        """The map cache evicts this index's map: forget it (and its columns) without
+        closing it; a lookup under way keeps its columns, the next one maps again."""
+        self._columns = None
+        self._map = None
 
     def release(self) -> None:
         """Drop the in-memory entries: lookups read them from the file from now on.
@@ -144,13 +160,9 @@ class SparseIndex:
 
     def close_map(self) -> None:
         """Unmap the file (before it is deleted or replaced); a later lookup maps it again."""
+        MAPS.discard(self)
         self._columns = None
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:
-                pass  # a view is still exported; the map goes when the view does
-            self._map = None
+        self._map = None  # unmapped when the last lookup holding it is done
 
     def _arrays(self, *, load: bool = True) -> tuple[array[int], array[int]]:
         """The in-memory columns, read back from the file (and the map closed) if released.

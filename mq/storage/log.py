@@ -46,6 +46,7 @@ from mq.storage.config import LogConfig
 from mq.storage.epochs import LeaderEpochCache
 from mq.storage.fileio import DEFAULT_IO, FileIO
 from mq.storage.flush import FlushJob
+from mq.storage.handles import DescriptorsExhausted
 from mq.storage.recovery import open_segments
 from mq.storage.segment import MAX_RELATIVE_OFFSET, Segment, Slice
 
@@ -253,6 +254,10 @@ class Log:
             if self._must_roll(active, len(data), last):
                 active = self.roll(first)
             active.append(data, headers, assign)
+        except DescriptorsExhausted as exc:  # nothing written: this append fails, not the log
+            raise StorageError(
+                f"{self.directory.name}: out of file descriptors, try again: {exc}"
+            ) from exc
         except OSError as exc:
             raise self.fail("append", exc) from exc
 
@@ -303,9 +308,9 @@ class Log:
         return self.clock() - self._opened_ms >= self.config.segment_ms
 
     def roll(self, base_offset: int) -> Segment:
+        """Seal the active segment and start a new one (made first: a process out of
+        descriptors fails the roll before anything changed)."""
         old = self.chain.segments[-1]
-        old.seal()
-        self.chain.unsynced.append(old)
         new = Segment.create(
             self.directory,
             base_offset,
@@ -313,6 +318,12 @@ class Log:
             self.config.index_interval_bytes,
             self.config.segment_bytes,
         )
+        try:
+            old.seal()
+        except BaseException:
+            new.delete()
+            raise
+        self.chain.unsynced.append(old)
         self.chain.segments.append(new)
         self.chain.bases.append(base_offset)
         self.chain.active_synced = 0
@@ -335,15 +346,11 @@ class Log:
             and checkpoint == self.chain.checkpointed
         ):
             return None
-        try:
-            fd = active.dup_fd() if active.size > self.chain.active_synced else None
-        except OSError as exc:
-            raise self.fail("flush", exc) from exc
         return FlushJob(
             self.directory,
             self.io,
             list(self.chain.unsynced),
-            fd,
+            active.file if active.size > self.chain.active_synced else None,
             active.size,
             self.chain.generation,
             checkpoint if checkpoint != self.chain.checkpointed else None,
@@ -355,7 +362,7 @@ class Log:
             raise self.fail("sync", job.error) from job.error
         done = set(map(id, job.sealed))
         self.chain.unsynced = [s for s in self.chain.unsynced if id(s) not in done]
-        if job.active_fd is not None and job.active_generation == self.chain.generation:
+        if job.active_file is not None and job.active_generation == self.chain.generation:
             self.chain.active_synced = max(self.chain.active_synced, job.active_size)
         if job.checkpoint is not None:
             self.chain.checkpointed = job.checkpoint

@@ -26,6 +26,7 @@ from mq.errors import OffsetOutOfRangeError
 from mq.records.batch import NO_TIMESTAMP
 from mq.storage import producers
 from mq.storage.checkpoint import Checkpoint, write_checkpoint
+from mq.storage.handles import DescriptorsExhausted
 from mq.storage.segment import Segment
 
 if TYPE_CHECKING:
@@ -53,6 +54,9 @@ def enforce_retention(log: LogCore) -> int:
     ):
         try:  # everything expired: roll, so that the old active segment can go too
             log.roll(active.next_offset)
+        except DescriptorsExhausted as exc:  # nothing changed: the next check rolls
+            logger.warning("%s: retention skipped: %s", log.directory.name, exc)
+            return 0
         except OSError as exc:
             raise log.fail("roll", exc) from exc
     total = log.size_bytes

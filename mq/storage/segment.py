@@ -14,6 +14,14 @@ written length and writes the indexes out. Sealed segments are mapped
 read-only on first read, and so are their index files: a sealed segment keeps
 no index entries in memory (see :mod:`mq.storage.index`).
 
+Descriptors and maps are bounded per process (:mod:`mq.storage.handles`): the
+active segment's descriptor lives in :data:`~mq.storage.handles.FILES`
+(pinned around each use, reopened after an eviction), and a sealed segment
+keeps no descriptor, only a map counted in :data:`~mq.storage.handles.MAPS`,
+which may drop it at any time; the next read maps the file again. So every
+method that reads a sealed map takes one local reference first and uses only
+that one: a :class:`Slice` handed out keeps its map alive by itself.
+
 Thread safety: a segment has one writer, its :class:`~mq.storage.log.Log`;
 reads may run between writes on the same thread. Nothing here syncs data on
 its own: :meth:`sync` does, when the log's flush policy says so.
@@ -37,6 +45,7 @@ from mq.records.batch import (
     set_offset_and_epoch,
 )
 from mq.storage.fileio import FileIO
+from mq.storage.handles import FILES, MAPS, FileHandle, open_file
 from mq.storage.index import OffsetIndex, TimeIndex
 
 log = logging.getLogger(__name__)
@@ -86,8 +95,10 @@ class Segment:
         self.max_timestamp = NO_TIMESTAMP
         self.active = False
 
-        self._fd: int | None = None
-        self._map: mmap.mmap | None = None
+        self._file: FileHandle | None = None
+        """The active file's descriptor, through the process's file cache (None: sealed)."""
+        self._map: memoryview | None = None
+        """The file's map (:mod:`mq.storage.mapping`: it holds no descriptor)."""
         self._map_length = 0
         self._reserved = 0
         self._since_index = 0
@@ -100,7 +111,7 @@ class Segment:
     ) -> Segment:
         """A new, empty active segment."""
         seg = cls(directory, base_offset, io, index_interval)
-        seg._fd = io.open(seg.path, create=True)
+        seg._adopt(open_file(io, seg.path, create=True))
         try:
             seg._map_active(capacity)
         except BaseException:
@@ -125,7 +136,7 @@ class Segment:
         try:
             seg.size = io.size(fd)
             if seg.size:
-                seg._map = io.map(fd, seg.size, write=False)
+                seg._map = io.map_view(fd, seg.size, write=False)
                 seg._map_length = seg.size
         finally:
             io.close(fd)
@@ -144,6 +155,7 @@ class Segment:
                     claimed,
                 )
         seg._release_indexes()  # the last one is made active after: its first append reloads
+        seg._release_map()  # opening maps nothing for good: a read maps it again
         return seg
 
     @classmethod
@@ -190,7 +202,7 @@ class Segment:
         if seg.size:
             fd = io.open(seg.path, write=False)
             try:
-                seg._map = io.map(fd, seg.size, write=False)
+                seg._map = io.map_view(fd, seg.size, write=False)
                 seg._map_length = seg.size
             finally:
                 io.close(fd)
@@ -199,6 +211,7 @@ class Segment:
         # replace them before a checkpoint starts to trust this segment
         seg._write_indexes_durably()
         seg._release_indexes()
+        seg._release_map()
         return seg, dropped, why, file_size - valid
 
     def make_active(self, capacity: int) -> None:
@@ -208,13 +221,18 @@ class Segment:
         (it is then full and the next append rolls).
         """
         self._release_map()
-        self._fd = self._io.open(self.path)
+        self._adopt(open_file(self._io, self.path))
         self._map_active(max(capacity, self.size))
 
+    def _adopt(self, fd: int) -> None:
+        self._file = FileHandle(self.path, self._io)
+        FILES.adopt(self._file, fd)
+
     def _map_active(self, capacity: int) -> None:
-        assert self._fd is not None
-        self._io.truncate(self._fd, capacity)
-        self._map = self._io.map(self._fd, capacity, write=True)
+        assert self._file is not None
+        with FILES.use(self._file) as fd:
+            self._io.truncate(fd, capacity)
+            self._map = self._io.map_view(fd, capacity, write=True)
         self._map_length = capacity
         self._reserved = self.size
         self.active = True
@@ -259,12 +277,14 @@ class Segment:
             self._check_at(self._map, last)
         self._add_final_time_entry()
 
-    def _header_at(self, pos: int) -> BatchHeader:
-        """The header at ``pos``, checked only for fitting in the segment."""
-        assert self._map is not None
+    def _header_at(self, pos: int, buf: memoryview | None = None) -> BatchHeader:
+        """The header at ``pos`` (of ``buf``, the segment's map by default), checked only
+        for fitting in the segment."""
+        buf = buf if buf is not None else self._map
+        assert buf is not None
         if self.size - pos < HEADER_SIZE:
             raise CorruptRecordError(f"{self.path}: partial batch header at byte {pos}")
-        header = parse_header(self._map, pos)
+        header = parse_header(buf, pos)
         if header.size < HEADER_SIZE or pos + header.size > self.size:
             raise CorruptRecordError(f"{self.path}: bad batch length at byte {pos}")
         return header
@@ -354,12 +374,16 @@ class Segment:
         """
         assert self.active
         assert self._map is not None
-        assert self._fd is not None
+        assert self._file is not None
         pos = self.size
         end = pos + len(data)
-        if end > self._reserved:
-            self._reserve(end)
-        self._io.pwrite(self._fd, data, pos)
+        fd = FILES.pin(self._file)
+        try:
+            if end > self._reserved:
+                self._reserve(fd, end)
+            self._io.pwrite(fd, data, pos)
+        finally:
+            FILES.unpin(self._file)
         offset = assign[0] if assign else 0
         for header in headers:
             if assign is not None:
@@ -370,11 +394,10 @@ class Segment:
             pos += header.size
         self.size = end
 
-    def _reserve(self, end: int) -> None:
-        assert self._fd is not None
+    def _reserve(self, fd: int, end: int) -> None:
         ahead = min(RESERVE_AHEAD, max(RESERVE_MIN, end))
         target = min(self._map_length, end + ahead)
-        self._io.allocate(self._fd, self._reserved, target - self._reserved)
+        self._io.allocate(fd, self._reserved, target - self._reserved)
         self._reserved = target
 
     def sync(self) -> None:
@@ -383,8 +406,9 @@ class Segment:
         An active segment syncs its data; a sealed one its trimmed file and
         its index files, since recovery will trust them from now on.
         """
-        if self._fd is not None:
-            self._io.fdatasync(self._fd)
+        if self._file is not None:
+            with FILES.use(self._file) as fd:
+                self._io.fdatasync(fd)
             return
         self._fsync_files(self.path, self.offset_index.path, self.time_index.path)
 
@@ -400,10 +424,12 @@ class Segment:
         self.persist_indexes()
         self._fsync_files(self.offset_index.path, self.time_index.path)
 
-    def dup_fd(self) -> int:
-        """A descriptor of the active file that a sync job owns (and closes)."""
-        assert self._fd is not None
-        return self._io.dup(self._fd)
+    @property
+    def file(self) -> FileHandle:
+        """The active file's handle, for a sync job to pin in its thread (no descriptor
+        is held while the job waits for a worker)."""
+        assert self._file is not None
+        return self._file
 
     def persist_indexes(self) -> None:
         self.offset_index.persist()
@@ -426,12 +452,15 @@ class Segment:
         """
         if not self.active:
             return
-        assert self._fd is not None
+        assert self._file is not None
         self._add_final_time_entry()
-        self._io.truncate(self._fd, self.size)
-        self._io.close(self._fd)
-        self._fd = None
+        with FILES.use(self._file) as fd:
+            self._io.truncate(fd, self.size)
+        handle, self._file = self._file, None
+        FILES.forget(handle)
         self.active = False
+        if self._map is not None:
+            MAPS.add(self)  # sealed: its map is the cache's to drop from now on
         self.persist_indexes()
         self._release_indexes()
 
@@ -485,7 +514,7 @@ class Segment:
             return None
         return Slice(memoryview(buf)[start:pos].toreadonly(), first, next_offset)
 
-    def _check_at(self, buf: mmap.mmap, pos: int) -> BatchHeader:
+    def _check_at(self, buf: memoryview, pos: int) -> BatchHeader:
         """:func:`check_batch` (length, magic, CRC), and offsets inside this segment's range.
 
         baseOffset is outside the CRC; a batch claiming offsets below the segment's
@@ -508,12 +537,13 @@ class Segment:
 
         Only batches holding an offset >= ``from_offset`` count.
         """
-        if self.max_timestamp < timestamp or self._mapped() is None:
+        buf = self._mapped() if self.max_timestamp >= timestamp else None
+        if buf is None:
             return None
         rel = max(self.time_index.start_offset_for(timestamp), from_offset - self.base_offset)
         pos = self.offset_index.position_for(rel)
         while pos < self.size:
-            header = self._header_at(pos)
+            header = self._header_at(pos, buf)
             if header.max_timestamp >= timestamp and header.next_offset > from_offset:
                 return header
             pos += header.size
@@ -521,23 +551,38 @@ class Segment:
 
     def position_of(self, offset: int) -> int:
         """Byte position of the batch holding ``offset`` (or the end of the data)."""
+        buf = self._mapped()
         pos = self.offset_index.position_for(offset - self.base_offset)
         while pos < self.size:
-            header = self._header_at(pos)
+            header = self._header_at(pos, buf)
             if header.next_offset > offset:
                 return pos
             pos += header.size
         return self.size
 
-    def _mapped(self) -> mmap.mmap | None:
-        if self._map is None and self.size:
+    def _mapped(self) -> memoryview | None:
+        """The segment's map (mapped again if the cache dropped it); keep the reference."""
+        buf = self._map
+        if buf is None:
+            if not self.size:
+                return None
             fd = self._io.open(self.path, write=False)
             try:
-                self._map = self._io.map(fd, self.size, write=False)
-                self._map_length = self.size
+                buf = self._io.map_view(fd, self.size, write=False)
             finally:
                 self._io.close(fd)
-        return self._map
+            self._map = buf
+            self._map_length = self.size
+            MAPS.add(self)
+        elif not self.active:
+            MAPS.touch(self)
+        return buf
+
+    def drop_map(self) -> None:
+        """The map cache evicts this sealed segment's map: forget it without closing it
+        (slices handed out keep it alive; the kernel unmaps it after the last one)."""
+        if not self.active:
+            self._map = None
 
     # -- closing ----------------------------------------------------------------
 
@@ -547,30 +592,27 @@ class Segment:
         self._close_index_maps()
 
     def _release_map(self) -> None:
-        if self._map is not None:
-            try:
-                self._map.close()
-            except BufferError:
-                pass  # a reader still holds a view; the map goes when the view does
-            self._map = None
+        """Let go of the map: unmapped now, or when the last reader's slice goes."""
+        MAPS.discard(self)
+        self._map = None
 
     def abandon(self) -> None:
         """Let go of the file without writing anything (the log is offline)."""
-        if self._fd is not None:
+        if self._file is not None:
+            handle, self._file = self._file, None
             try:
-                self._io.close(self._fd)
+                FILES.forget(handle)
             except OSError:
                 pass
-            self._fd = None
         self.active = False
         self._release_map()
         self._close_index_maps()
 
     def delete(self) -> None:
         """Remove the segment's files (a reader's view keeps the data until released)."""
-        if self._fd is not None:
-            self._io.close(self._fd)
-            self._fd = None
+        if self._file is not None:
+            handle, self._file = self._file, None
+            FILES.forget(handle)
         self.active = False
         self._release_map()
         self._close_index_maps()

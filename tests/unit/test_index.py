@@ -462,10 +462,11 @@ def test_released_index_delete_file_unmaps(tmp_path: Path) -> None:
     index = filled(OffsetIndex(tmp_path / "0.index", DEFAULT_IO), [(0, 0), (4, 100)])
     index.release()
     assert index.position_for(9) == 100
-    mapped = index._map
-    assert mapped is not None
+    assert index._map is not None
+    assert str(index.path) in Path("/proc/self/maps").read_text()
     index.delete_file()
-    assert mapped.closed
+    assert index._map is None
+    assert str(index.path) not in Path("/proc/self/maps").read_text()  # unmapped
     assert not index.path.exists()
     assert len(index) == 0
     assert index.position_for(9) == 0
