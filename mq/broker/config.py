@@ -36,11 +36,13 @@ class BrokerConfig:
     more (requests in flight at their bound, responses queued at theirs), before the
     broker stops reading it. Reading goes on until then so that a client which closes
     while its long polls are parked is noticed at once (its polls are cancelled)."""
-    max_queued_response_bytes: int = 4 * MiB
+    max_queued_response_bytes: int = 1 * MiB
     """Bytes of responses queued in a connection's socket buffer before the broker stops
     dispatching and reading that connection until its client reads (the transport's high
     water mark; it resumes below a quarter of it). What requests already in flight write
-    may add to it, at most ``max_inflight_requests`` responses."""
+    may add to it, at most ``max_inflight_requests`` responses. 1 MiB on top of the
+    kernel's socket buffers keeps a reading consumer's pipeline full, and 100 clients
+    that never read hold 100 MiB at most before their stall timeout: inside the budget."""
     queued_max_bytes: int = 256 * MiB
     """One memory budget for all connections: request bytes buffered (a frame's declared
     length is reserved when its length prefix arrives, before it is buffered) and
