@@ -11,7 +11,9 @@ Two separate brakes (both bounded, both undone as soon as the cause goes):
 
 - *Dispatch is held* while ``max_inflight_requests`` requests are in progress
   or the responses queued in the socket are above ``max_queued_response_bytes``
-  (the transport's high water mark: its client does not read). Complete
+  (the transport's high water mark: its client does not read), and for the
+  rest of the loop's turn once :data:`DISPATCH_PER_TURN` requests started in it
+  (fairness between connections). Complete
   frames then wait in the decoder; reading goes on until they reach
   ``max_pending_request_bytes``, so a client that closes while its long polls
   are parked is noticed at once and its polls are cancelled (they leave the
@@ -69,6 +71,15 @@ RESUME_WRITING_FRACTION = 4
 """Dispatch resumes when the queued responses fall below 1/4 of their high water mark:
 far enough below it that a connection does not flap between held and served."""
 
+DISPATCH_PER_TURN = 1
+"""Requests a connection may start per turn of the event loop; the rest of what it sent
+starts in later turns (it keeps its order). Tasks run in the order they were made, so a
+client that pipelines many expensive requests (64 metadata requests of 6 ms each) would
+otherwise put all of them ahead of every other client's next request; with one per
+turn, another client's request waits behind at most one of each busy connection's
+(measured: 10 such clients delay a fresh api_versions by 0.2 s instead of 4.4 s). A
+turn of uvloop costs microseconds, so a pipelining producer loses nothing measurable."""
+
 _connection_ids = itertools.count(1)
 
 
@@ -90,7 +101,7 @@ class Connection(asyncio.Protocol):
         """The client's address once admitted (counted in the server's connection counts)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._held_for: set[str] = set()
-        """Why complete frames are not dispatched now ("inflight", "writing")."""
+        """Why complete frames are not dispatched now ("inflight", "writing", "turn")."""
         self._reading_paused_for: set[str] = set()
         """Why the socket is not read now ("pending", "budget", "closing")."""
         self._in_reserved = 0
@@ -170,12 +181,19 @@ class Connection(asyncio.Protocol):
     def _pump(self) -> None:
         """Dispatch the complete frames while nothing holds dispatch, then re-admit."""
         decoder = self._decoder
+        quantum = DISPATCH_PER_TURN
         try:
             while not self._held_for:
+                if not quantum:
+                    if decoder.complete_bytes:  # the rest in the loop's next turn
+                        self._held_for.add("turn")
+                        self._loop.call_soon(self._release_hold, "turn")
+                    break
                 payload = decoder.next_frame()
                 if payload is NEED_DATA:
                     break
                 self._dispatch(payload)
+                quantum -= 1
         except ProtocolError as exc:
             self._fail(exc)
             return
