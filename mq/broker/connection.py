@@ -184,12 +184,11 @@ class Connection(asyncio.Protocol):
         quantum = DISPATCH_PER_TURN
         try:
             while not self._held_for:
-                if not quantum:
-                    if decoder.complete_bytes:  # the rest in the loop's next turn
-                        self._held_for.add("turn")
-                        self._loop.call_soon(self._release_hold, "turn")
+                if not quantum and decoder.complete_bytes:  # the rest in the next turn
+                    self._held_for.add("turn")
+                    self._loop.call_soon(self._release_hold, "turn")
                     break
-                payload = decoder.next_frame()
+                payload = decoder.next_frame()  # raises a framing error behind the frames
                 if payload is NEED_DATA:
                     break
                 self._dispatch(payload)
