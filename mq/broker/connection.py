@@ -337,8 +337,13 @@ class Connection(asyncio.Protocol):
                 f"{config.response_stall_timeout_ms} ms (response_stall_timeout_ms): "
                 f"{self._out_reserved} bytes queued",
                 abort=True,
+                evicted=True,
             )
-        elif not self._tasks and now - self._last_activity > config.connections_max_idle_ms / 1000:
+        elif (
+            not self._tasks
+            and not self._waiting_budget  # the broker is the one not reading
+            and now - self._last_activity > config.connections_max_idle_ms / 1000
+        ):
             self._close(f"idle for {config.connections_max_idle_ms} ms (connections_max_idle_ms)")
         elif (
             self._partial_since is not None
@@ -348,7 +353,8 @@ class Connection(asyncio.Protocol):
             self._close(
                 f"a frame unfinished for {config.unfinished_frame_timeout_ms} ms "
                 f"(unfinished_frame_timeout_ms): {self._decoder.buffered_bytes} of "
-                f"{self._decoder.reserve_bytes} bytes in"
+                f"{self._decoder.reserve_bytes} bytes in",
+                evicted=True,
             )
 
     # -- transport ----------------------------------------------------------------------
@@ -412,8 +418,11 @@ class Connection(asyncio.Protocol):
         else:
             transport.close()
 
-    def _close(self, why: str, *, abort: bool = False) -> None:
-        self._server.log_close("closing connection %s: %s", self.ctx.peer, why)
+    def _close(self, why: str, *, abort: bool = False, evicted: bool = False) -> None:
+        """Close (``abort``: dropping what is queued); ``evicted``: for breaking a bound,
+        logged as a warning."""
+        logged = self._server.log_evicted if evicted else self._server.log_close
+        logged("closing connection %s: %s", self.ctx.peer, why)
         self._closing = True
         if self._transport is not None:
             if abort:

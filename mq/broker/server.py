@@ -46,7 +46,8 @@ log = logging.getLogger(__name__)
 
 LOG_INTERVAL_S = 10.0
 """At most one line per this many seconds for each kind of connection event (refused,
-closed, budget spent): a flood of greedy connections must not become a flood of logs."""
+closed, closed for breaking a bound, budget spent): a flood of greedy connections must
+not become a flood of logs."""
 MAX_SWEEP_INTERVAL_S = 1.0
 """The sweep over the connections runs at least this often: it brings the budget's count
 of queued responses up to date (freeing budget a client's reads released) and enforces
@@ -133,6 +134,7 @@ class Server:
         self.counts = ConnectionCounts(config.max_connections, config.max_connections_per_ip)
         self.log_refused = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
         self.log_close = RateLimitedLog(log, logging.INFO, LOG_INTERVAL_S)
+        self.log_evicted = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
         self.log_budget = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
