@@ -388,8 +388,12 @@ class Connection(asyncio.Protocol):
             paused.add(reason)
 
     def _fail(self, exc: ProtocolError) -> None:
-        """A frame that cannot be trusted: answer what came before it, then close."""
+        """A frame that cannot be trusted: answer what came before it, then close.
+
+        Long polls among them answer at their next wake-up with what they have.
+        """
         self._closing = True
+        self.ctx.closing = True
         self._set_reading("closing", False)
         self._budget.cancel(self)
         self._waiting_budget = False

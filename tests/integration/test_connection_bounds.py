@@ -217,6 +217,7 @@ def test_clients_that_never_read_are_bounded_and_closed(bounded: BrokerProcess) 
             sock.setblocking(True)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
         assert all(closed_by_broker(sock, 8.0) for sock in greedy)
+        assert any("has not read its responses" in line for line in bounded.output)
     finally:
         for sock in greedy:
             sock.close()
