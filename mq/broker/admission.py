@@ -26,6 +26,12 @@ from collections import OrderedDict, defaultdict
 from collections.abc import Callable
 from typing import Any, Protocol
 
+SMALL_RESERVATION_BYTES = 1 << 20
+"""A reservation up to this size (an ordinary request, read in more than one piece) is
+taken at once if it fits, even while larger ones wait in line for room: clients of
+ordinary requests keep being served while huge frames wait. A large waiter is delayed
+only by frames this small, which complete (and give their bytes back) in milliseconds."""
+
 
 class BudgetWaiter(Protocol):
     """A connection waiting for budget."""
@@ -42,7 +48,8 @@ class MemoryBudget:
     :meth:`try_take` refuses what does not fit, which is how *new* memory is
     kept from being spent. A refused reservation waits in line (:meth:`wait`);
     bytes freed go to the waiters in arrival order, each granted whole (a large
-    frame is not starved by small ones behind it).
+    frame is not starved by larger numbers of large ones behind it); only small
+    reservations may pass the line, and only if they fit.
     """
 
     def __init__(self, limit: int) -> None:
@@ -58,10 +65,11 @@ class MemoryBudget:
         return len(self._waiters)
 
     def try_take(self, size: int) -> bool:
-        """Reserve ``size`` bytes if they fit and no one waits in line; False otherwise."""
+        """Reserve ``size`` bytes if they fit, and either no one waits in line or they are
+        no more than :data:`SMALL_RESERVATION_BYTES`; False otherwise."""
         if size <= 0:
             return True
-        if self._waiters or self.used + size > self.limit:
+        if self.used + size > self.limit or (self._waiters and size > SMALL_RESERVATION_BYTES):
             return False
         self.used += size
         return True

@@ -6,7 +6,12 @@ import logging
 
 import pytest
 
-from mq.broker.admission import ConnectionCounts, MemoryBudget, RateLimitedLog
+from mq.broker.admission import (
+    SMALL_RESERVATION_BYTES,
+    ConnectionCounts,
+    MemoryBudget,
+    RateLimitedLog,
+)
 
 
 class Waiter:
@@ -37,7 +42,7 @@ def test_waiters_are_granted_whole_in_arrival_order() -> None:
     big, small = Waiter(budget), Waiter(budget)
     budget.wait(big, 50)
     budget.wait(small, 5)
-    assert not budget.try_take(5)  # no one jumps the line
+    assert not budget.try_take(11)  # does not fit
     budget.release(30)  # 60 used: big (50) does not fit yet, small waits behind it
     assert big.granted == []
     assert small.granted == []
@@ -98,3 +103,18 @@ def test_a_rate_limited_log_says_how_many_lines_it_held_back(
         limited("refused %d", 100)
     lines = [r.getMessage() for r in caplog.records]
     assert lines == ["refused 0", "refused 100 (and 99 more like it since the last such line)"]
+
+
+def test_only_small_reservations_pass_the_line_and_only_if_they_fit() -> None:
+    budget = MemoryBudget(10 * SMALL_RESERVATION_BYTES)
+    assert budget.try_take(6 * SMALL_RESERVATION_BYTES)
+    big = Waiter(budget)
+    budget.wait(big, 5 * SMALL_RESERVATION_BYTES)
+    assert big.granted == []
+    assert not budget.try_take(SMALL_RESERVATION_BYTES + 1)  # fits, but waits its turn
+    assert budget.try_take(SMALL_RESERVATION_BYTES)  # an ordinary request passes
+    assert budget.try_take(3 * SMALL_RESERVATION_BYTES) is False
+    budget.release(SMALL_RESERVATION_BYTES)
+    assert big.granted == []
+    budget.release(SMALL_RESERVATION_BYTES)
+    assert big.granted == [5 * SMALL_RESERVATION_BYTES]
