@@ -45,6 +45,8 @@ SEED = int(os.environ.get("MQ_FUZZ_SEED", "20261125"))
 MiB = 1 << 20
 ABUSE_S = 8.0
 """How long the greedy lanes run."""
+SETUP_TIMEOUT_S = 60.0
+"""Creating the topics before the abuse (302 of them: seconds on a busy machine)."""
 QUIET_TIMEOUT_S = 5.0
 """Each of the quiet client's calls is answered within this (a bound, not a speed)."""
 RSS_BOUND = 400 * MiB
@@ -80,8 +82,8 @@ def fuzzed(tmp_path: Path) -> Iterator[BrokerProcess]:
 class Client:
     """A blocking request/response connection (for setup and the quiet client)."""
 
-    def __init__(self, broker: BrokerProcess) -> None:
-        self.sock = socket.create_connection((broker.host, broker.port), timeout=QUIET_TIMEOUT_S)
+    def __init__(self, broker: BrokerProcess, timeout_s: float = QUIET_TIMEOUT_S) -> None:
+        self.sock = socket.create_connection((broker.host, broker.port), timeout=timeout_s)
         self.decoder: FrameDecoder[bytes] = FrameDecoder()
         self.cid = 0
 
@@ -242,14 +244,17 @@ def rss_bytes(pid: int) -> int:
 
 
 def test_greedy_connections_leave_a_quiet_client_served(fuzzed: BrokerProcess) -> None:
-    setup = Client(fuzzed)
+    setup = Client(fuzzed, SETUP_TIMEOUT_S)
     topics = [
         {"name": name, "partitions": 1, "replication_factor": 1, "configs": {}}
         for name in (TOPIC, NOISE_TOPIC, *(f"x{i:04d}" for i in range(EXTRA_TOPICS)))
     ]
-    result = setup.call(apis_core.CREATE_TOPICS, {"topics": topics, "timeout_ms": 5000})
-    assert all(t["error"] == 0 for t in result["topics"]), result
-    setup.close()
+    try:
+        body = {"topics": topics, "timeout_ms": int(SETUP_TIMEOUT_S * 1000)}
+        result = setup.call(apis_core.CREATE_TOPICS, body)
+        assert all(t["error"] == 0 for t in result["topics"]), result
+    finally:
+        setup.close()
 
     deadline = time.monotonic() + ABUSE_S
     master = random.Random(SEED)
