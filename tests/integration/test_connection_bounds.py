@@ -30,6 +30,8 @@ from mq.wire.registry import Api
 
 MiB = 1 << 20
 TIMEOUT_S = 10.0
+SETUP_TIMEOUT_S = 60.0
+"""Creating the shared broker's topics (300: seconds on a busy machine)."""
 SETTINGS: dict[str, int] = {
     "max_inflight_requests": 4,
     "max_frame_bytes": 16 * MiB,
@@ -53,12 +55,13 @@ def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
     )
     process.start()
     try:
-        with Raw(process) as raw:
+        with Raw(process, timeout_s=SETUP_TIMEOUT_S) as raw:
             topics = [
                 {"name": f"t{i:04d}", "partitions": 1, "replication_factor": 1, "configs": {}}
                 for i in range(TOPICS)
             ]
-            result = raw.call(apis_core.CREATE_TOPICS, {"topics": topics, "timeout_ms": 5000})
+            body = {"topics": topics, "timeout_ms": int(SETUP_TIMEOUT_S * 1000)}
+            result = raw.call(apis_core.CREATE_TOPICS, body)
             assert all(t["error"] == 0 for t in result["topics"]), result
         yield process
     finally:
@@ -68,10 +71,12 @@ def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
 class Raw:
     """A blocking connection: requests out, responses in, matched by correlation id."""
 
-    def __init__(self, broker: BrokerProcess, source: str | None = None) -> None:
+    def __init__(
+        self, broker: BrokerProcess, source: str | None = None, timeout_s: float = TIMEOUT_S
+    ) -> None:
         self.sock = socket.create_connection(
             (broker.host, broker.port),
-            timeout=TIMEOUT_S,
+            timeout=timeout_s,
             source_address=None if source is None else (source, 0),
         )
         self.decoder: FrameDecoder[bytes] = FrameDecoder()
