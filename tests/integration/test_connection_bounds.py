@@ -297,7 +297,7 @@ def test_a_valid_request_followed_by_garbage_is_answered_before_the_close(
         _, result = raw.receive()
         assert result["topics"][0]["partitions"][0]["error"] == 0
         # closed for the bad frame at once, not later by a timeout (the shortest is 2 s)
-        assert closed_by_broker(raw.sock, 1.0)
+        assert closed_by_broker(raw.sock, 1.5)
     with Raw(bounded) as raw:
         part = raw.call(apis_data.FETCH, fetch_body("t0002", 0, wait_ms=0))
         assert part["topics"][0]["partitions"][0]["high_watermark"] == 1
