@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext
-from mq.errors import MQError, ProtocolError, UnsupportedVersionError
+from mq.errors import MQError, ProtocolError
 from mq.wire import apis_data
 from mq.wire.frames import NEED_DATA, Buffer, FrameDecoder
 from mq.wire.messages import (
@@ -203,11 +203,7 @@ class Connection(asyncio.Protocol):
         envelope = unpack_request(payload)  # ProtocolError: no trustworthy correlation id
         try:
             request = decode_request(envelope)
-            handler = self._server.handlers.get(request.api.key)
-            if handler is None:
-                raise UnsupportedVersionError(
-                    f"{request.api.name} is not served by this broker yet"
-                )
+            handler = self._server.admit(request, self.ctx)
         except MQError as exc:
             self._write(encode_error_response(envelope.correlation_id, exc))
             return

@@ -32,6 +32,7 @@ from mq.broker.context import RequestContext
 from mq.broker.coordinator import GroupCoordinator
 from mq.broker.offsets import OffsetStore
 from mq.broker.queues import ShareManager
+from mq.errors import UnsupportedVersionError
 from mq.wire import (
     apis_cluster,
     apis_core,
@@ -40,6 +41,7 @@ from mq.wire import (
     apis_queues,
     apis_replication,
 )
+from mq.wire.messages import Request
 from mq.wire.registry import Api
 
 log = logging.getLogger(__name__)
@@ -138,6 +140,14 @@ class Server:
         self.log_budget = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
+
+    def admit(self, request: Request[Any], ctx: RequestContext) -> Handler:
+        """The one gate every decoded request passes before its handler runs (checks on
+        who may call what belong here); raises the MQError its client gets instead."""
+        handler = self.handlers.get(request.api.key)
+        if handler is None:
+            raise UnsupportedVersionError(f"{request.api.name} is not served by this broker yet")
+        return handler
 
     async def start(self) -> tuple[str, int]:
         """Start the broker and listen; returns the address actually bound (port 0 → free port).
