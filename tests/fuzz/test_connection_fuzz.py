@@ -6,7 +6,8 @@ seconds, lanes of greedy clients (each drawing from its own
 one, and it is in every failure message):
 
 - *non-reading*: pipelines random valid requests (metadata, api_versions,
-  small produces, fetches) and never reads a byte;
+  small produces, fetches), pipelined in bursts of up to 3,000 per write
+  (the attack of issue 18's F1), and never reads a byte;
 - *slow*: pipelines requests and reads its responses one byte at a time,
   checking each response it completes belongs to a request it sent;
 - *partial*: sends a length prefix of a random size up to the frame bound and
@@ -148,8 +149,16 @@ def non_reading(broker: BrokerProcess, rng: random.Random, deadline: float) -> N
         cid = 0
         try:
             while time.monotonic() < deadline:
-                cid += 1
-                data = memoryview(random_request(rng, cid))
+                burst = []
+                metadata_only = rng.random() < 0.5  # small requests, large responses
+                for _ in range(rng.choice((rng.randrange(1, 65), rng.randrange(500, 3000)))):
+                    cid += 1
+                    burst.append(
+                        encode_request(apis_core.METADATA, 0, cid, "greedy", {"topics": None})
+                        if metadata_only
+                        else random_request(rng, cid)
+                    )
+                data = memoryview(b"".join(burst))
                 while data and time.monotonic() < deadline:
                     try:
                         data = data[sock.send(data) :]
