@@ -17,7 +17,8 @@ Two separate brakes (both bounded, both undone as soon as the cause goes):
   frames then wait in the decoder; reading goes on until they reach
   ``max_pending_request_bytes``, so a client that closes while its long polls
   are parked is noticed at once and its polls are cancelled (they leave the
-  partitions' waiter lists).
+  partitions' waiter lists); past that bound, the sweep notices the close
+  with a poll(2) of the socket for the peer's end (no read needed).
 - *Reading is paused* when those waiting frames reach their bound, when the
   broker-wide memory budget (:class:`~mq.broker.admission.MemoryBudget`)
   cannot cover the frame in progress (its declared length is reserved as soon
@@ -44,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import select
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -80,7 +82,21 @@ turn, another client's request waits behind at most one of each busy connection'
 (measured: 10 such clients delay a fresh api_versions by 0.2 s instead of 4.4 s). A
 turn of uvloop costs microseconds, so a pipelining producer loses nothing measurable."""
 
+_PEER_GONE = select.POLLRDHUP | select.POLLHUP | select.POLLERR
+"""poll(2) events saying the client closed (or half-closed) its side or the socket failed."""
+
 _connection_ids = itertools.count(1)
+
+
+def peer_closed(transport: asyncio.BaseTransport) -> bool:
+    """Whether the client has closed its side, seen without reading the socket (a
+    connection the broker does not read never gets its end of stream delivered)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    poller = select.poll()
+    poller.register(sock.fileno(), _PEER_GONE)
+    return any(events & _PEER_GONE for _, events in poller.poll(0))
 
 
 class Connection(asyncio.Protocol):
@@ -327,6 +343,11 @@ class Connection(asyncio.Protocol):
         self._account_output()
         config = self._broker.config
         stalled = self._stalled_since
+        transport = self._transport
+        if self._reading_paused_for and self._tasks and transport and peer_closed(transport):
+            # its parked requests are cancelled at once (connection_lost)
+            self._close("its client closed the connection while it was not read")
+            return
         if stalled is not None and now - stalled > config.response_stall_timeout_ms / 1000:
             self._close(
                 f"its client has not read its responses for "

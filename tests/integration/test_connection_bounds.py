@@ -288,6 +288,23 @@ def test_a_closed_connection_with_parked_long_polls_is_noticed_at_once(
         assert part["topics"][0]["partitions"][0]["error"] == 0
 
 
+def test_a_close_is_noticed_even_when_the_connection_is_no_longer_read(
+    bounded: BrokerProcess,
+) -> None:
+    # F8, past max_pending_request_bytes: 4 long polls parked, then more requests than
+    # the broker reads while they are (so it stops reading), then the client goes away
+    with Raw(bounded) as raw:
+        for _ in range(SETTINGS["max_inflight_requests"]):
+            raw.send(apis_data.FETCH, fetch_body("t0003", 0, wait_ms=30_000))
+        extra = raw.frame(apis_data.FETCH, fetch_body("t0003", 0, wait_ms=30_000))
+        raw.sock.sendall(extra * (2 * SETTINGS["max_pending_request_bytes"] // len(extra) + 1))
+        time.sleep(0.5)  # parked, and the rest unread
+    deadline = time.monotonic() + 5.0
+    while CLOSE_WAIT in tcp_states(bounded.port) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert CLOSE_WAIT not in tcp_states(bounded.port), "the broker did not see the close"
+
+
 def test_a_valid_request_followed_by_garbage_is_answered_before_the_close(
     bounded: BrokerProcess,
 ) -> None:
