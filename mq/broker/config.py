@@ -31,6 +31,44 @@ class BrokerConfig:
     """Largest request accepted (Kafka's socket.request.max.bytes)."""
     max_inflight_requests: int = 64
     """Requests a connection may have in progress before the broker stops reading it."""
+    max_pending_request_bytes: int = 64 * 1024
+    """Bytes of complete requests a connection may have waiting while it cannot be served
+    more (requests in flight at their bound, responses queued at theirs), before the
+    broker stops reading it. Reading goes on until then so that a client which closes
+    while its long polls are parked is noticed at once (its polls are cancelled)."""
+    max_queued_response_bytes: int = 1 * MiB
+    """Bytes of responses queued in a connection's socket buffer before the broker stops
+    dispatching and reading that connection until its client reads (the transport's high
+    water mark; it resumes below a quarter of it). What requests already in flight write
+    may add to it, at most ``max_inflight_requests`` responses. 1 MiB on top of the
+    kernel's socket buffers keeps a reading consumer's pipeline full, and 100 clients
+    that never read hold 100 MiB at most before their stall timeout: inside the budget."""
+    queued_max_bytes: int = 256 * MiB
+    """One memory budget for all connections: request bytes buffered (a frame's declared
+    length is reserved when its length prefix arrives, before it is buffered) and
+    responses queued in sockets (Kafka's queued.max.request.bytes, with the responses).
+    When it is spent, connections that would add more stop being read until it frees up.
+    At least ``max_frame_bytes``, so that any legal frame can be admitted."""
+    max_connections: int = 4_096
+    """Connections open at once; more are closed as they are accepted (Kafka's
+    max.connections). Each costs a file descriptor and its buffers."""
+    max_connections_per_ip: int = 1_024
+    """Connections open at once from one client address (Kafka's
+    max.connections.per.ip): one host cannot take every connection."""
+    connections_max_idle_ms: int = 600_000
+    """A connection that neither sends a byte nor gets a response, with no request in
+    progress, for this long is closed (Kafka's connections.max.idle.ms, 10 min)."""
+    unfinished_frame_timeout_ms: int = 30_000
+    """A frame begun and not finished within this long (while the broker reads the
+    connection) closes the connection: its reserved bytes go back to the budget
+    (Kafka's request.timeout.ms default)."""
+    response_stall_timeout_ms: int = 60_000
+    """A connection whose queued responses stay above its high water mark (its client
+    does not read them) for this long is closed, and their memory freed."""
+    close_linger_ms: int = 5_000
+    """When a connection is closed for a malformed frame, how long the responses of the
+    requests it sent before it are awaited (they are written first); then the rest are
+    cancelled and the connection closed."""
     auto_create_topics: bool = True
     """Create a topic on first produce or metadata request, as Kafka does by default."""
     default_partitions: int = 1
@@ -200,6 +238,14 @@ class BrokerConfig:
             "producer_id_expiration_ms",
             "producer_id_expiration_check_ms",
             "max_producer_ids_per_partition",
+            "max_pending_request_bytes",
+            "max_queued_response_bytes",
+            "max_connections",
+            "max_connections_per_ip",
+            "connections_max_idle_ms",
+            "unfinished_frame_timeout_ms",
+            "response_stall_timeout_ms",
+            "close_linger_ms",
         )
         for name in positive:
             if getattr(self, name) < 1:
@@ -207,6 +253,11 @@ class BrokerConfig:
         for name in ("fd_reserve", "map_reserve", "max_partitions"):
             if getattr(self, name) < 0:
                 raise InvalidConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.queued_max_bytes < self.max_frame_bytes:
+            raise InvalidConfigError(
+                f"queued_max_bytes ({self.queued_max_bytes}) must be at least max_frame_bytes "
+                f"({self.max_frame_bytes}): a frame of the largest legal size must fit"
+            )
         if self.metadata is not None and not self.metadata.startswith("etcd://"):
             raise InvalidConfigError(f"metadata must be etcd://HOST:PORT, got {self.metadata!r}")
 

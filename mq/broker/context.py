@@ -57,7 +57,7 @@ async def wait_for_any(partitions: Iterable[Partition], timeout_s: float) -> boo
 
     One future for all the partitions: an append wakes the long poll's task in
     the loop's next turn, before the appending produce's response goes out
-    (see :meth:`mq.broker.server.Connection._serve`).
+    (see :meth:`mq.broker.connection.Connection._serve`).
     """
     led = [p for p in partitions if p.is_leader]
     if not led:

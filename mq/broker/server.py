@@ -1,26 +1,20 @@
-"""The TCP front of the broker: connections, framing, dispatch, back-pressure.
+"""The TCP front of the broker: the listener, the handlers, the connections' limits.
 
-Each connection is an :class:`asyncio.Protocol` (uvloop runs it in C): bytes
-go into a :class:`~mq.wire.frames.FrameDecoder`; each complete request becomes
-a task *in arrival order* — a handler does everything order-sensitive (a
-produce queues its batches on the partition writers) before it first awaits,
-so pipelined requests act in order — and responses are written as each task
-finishes, possibly out of order; clients match them by correlation id.
-
-Bounds: at most ``max_inflight_requests`` requests per connection are in
-progress; past that, and whenever the socket's send buffer is full, the
-connection stops reading (TCP pushes back on the client) instead of queueing
-without limit. Malformed input gets an error response when its correlation id
-can be trusted, otherwise the connection is closed; the broker keeps serving.
+Each connection is a :class:`~mq.broker.connection.Connection` (framing,
+dispatch, back-pressure, per-connection bounds and timeouts). The server owns
+what they share (:mod:`mq.broker.admission`): the broker-wide memory budget
+for buffered requests and queued responses, the connection counts (in total
+and per client address: past them a new connection is closed as it is
+accepted), the rate-limited log lines, and the sweep that runs every
+:func:`sweep_interval_s` over the connections to enforce their timeouts.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 from mq.broker import (
     handlers_admin,
@@ -30,12 +24,15 @@ from mq.broker import (
     handlers_queues,
     handlers_replication,
 )
+from mq.broker.admission import ConnectionCounts, MemoryBudget, RateLimitedLog
 from mq.broker.broker import Broker
+from mq.broker.config import BrokerConfig
+from mq.broker.connection import Connection, Handler
 from mq.broker.context import RequestContext
 from mq.broker.coordinator import GroupCoordinator
 from mq.broker.offsets import OffsetStore
 from mq.broker.queues import ShareManager
-from mq.errors import MQError, ProtocolError, UnsupportedVersionError
+from mq.errors import UnsupportedVersionError
 from mq.wire import (
     apis_cluster,
     apis_core,
@@ -44,19 +41,19 @@ from mq.wire import (
     apis_queues,
     apis_replication,
 )
-from mq.wire.frames import Buffer, FrameDecoder
-from mq.wire.messages import (
-    Request,
-    decode_request,
-    encode_error_response,
-    encode_response_parts,
-    unpack_request,
-)
+from mq.wire.messages import Request
 from mq.wire.registry import Api
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Broker, RequestContext, Any], Awaitable[Any]]
+LOG_INTERVAL_S = 10.0
+"""At most one line per this many seconds for each kind of connection event (refused,
+closed, closed for breaking a bound, budget spent): a flood of greedy connections must
+not become a flood of logs."""
+MAX_SWEEP_INTERVAL_S = 1.0
+"""The sweep over the connections runs at least this often: it brings the budget's count
+of queued responses up to date (freeing budget a client's reads released) and enforces
+the timeouts; once a second costs O(connections) and keeps timeouts within a second."""
 
 
 def on_controller(api: Api[Any, Any], handler: Handler) -> Handler:
@@ -110,140 +107,47 @@ HANDLERS: dict[int, Handler] = {
     apis_queues.DESCRIBE_QUEUE.key: handlers_queues.describe_queue,
 }
 
-_connection_ids = itertools.count(1)
 
-
-class Connection(asyncio.Protocol):
-    """One client connection."""
-
-    def __init__(self, server: Server) -> None:
-        self._server = server
-        self._broker = server.broker
-        self._max_frame = server.broker.config.max_frame_bytes
-        self._max_inflight = server.broker.config.max_inflight_requests
-        self._decoder: FrameDecoder[bytes] = FrameDecoder(self._max_frame)
-        self._transport: asyncio.Transport | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._reading_paused_for: set[str] = set()
-        self.ctx = RequestContext(next(_connection_ids), "?")
-
-    # -- asyncio.Protocol -----------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        peer = transport.get_extra_info("peername")
-        self.ctx.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self._server.connections.add(self)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.ctx.closing = True
-        self._server.connections.discard(self)
-        for task in self._tasks:
-            task.cancel()
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self._decoder.feed(data)
-            for payload in self._decoder.frames():
-                self._dispatch(payload)
-        except ProtocolError as exc:
-            self._close(f"protocol error: {exc}")
-
-    def pause_writing(self) -> None:
-        self._pause_reading("writing")
-
-    def resume_writing(self) -> None:
-        self._resume_reading("writing")
-
-    # -- dispatch ---------------------------------------------------------------------
-
-    def _dispatch(self, payload: bytes) -> None:
-        envelope = unpack_request(payload)  # ProtocolError: no trustworthy correlation id
-        try:
-            request = decode_request(envelope)
-            handler = HANDLERS.get(request.api.key)
-            if handler is None:
-                raise UnsupportedVersionError(
-                    f"{request.api.name} is not served by this broker yet"
-                )
-        except MQError as exc:
-            self._write(encode_error_response(envelope.correlation_id, exc))
-            return
-        self.ctx.client_id = request.client_id
-        task = asyncio.get_running_loop().create_task(self._serve(handler, request))
-        self._tasks.add(task)
-        task.add_done_callback(self._request_done)
-        if len(self._tasks) >= self._max_inflight:
-            self._pause_reading("inflight")
-
-    async def _serve(self, handler: Handler, request: Request[Any]) -> None:
-        cid = request.correlation_id
-        try:
-            body = await handler(self._broker, self.ctx, request.body)
-            frame: bytes | list[Buffer] = encode_response_parts(cid, 0, body, self._max_frame)
-        except MQError as exc:
-            frame = encode_error_response(cid, exc)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("%s from %s failed", request.api.name, self.ctx.peer)
-            frame = encode_error_response(cid, MQError(f"{request.api.name} failed on the broker"))
-        if request.api is apis_data.PRODUCE:
-            if request.body["acks"] == 0:
-                return  # acks=0: the producer expects no response
-            # After the long polls this append woke (their tasks run first in the loop's
-            # next turn): a consumer's fetch response does not queue behind the ack.
-            asyncio.get_running_loop().call_soon(self._write, frame)
-            return
-        self._write(frame)
-
-    def _request_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if len(self._tasks) < self._max_inflight:
-            self._resume_reading("inflight")
-
-    # -- transport ----------------------------------------------------------------------
-
-    def _write(self, frame: bytes | list[Buffer]) -> None:
-        """One frame: bytes, or the buffers of one (a fetch's record sets uncopied)."""
-        transport = self._transport
-        if transport is not None and not transport.is_closing():
-            if isinstance(frame, bytes):
-                transport.write(frame)
-            elif len(frame) == 1:
-                transport.write(frame[0])
-            else:
-                transport.writelines(frame)
-
-    def _pause_reading(self, reason: str) -> None:
-        if not self._reading_paused_for and self._transport is not None:
-            self._transport.pause_reading()
-        self._reading_paused_for.add(reason)
-
-    def _resume_reading(self, reason: str) -> None:
-        if reason not in self._reading_paused_for:
-            return
-        self._reading_paused_for.discard(reason)
-        if not self._reading_paused_for and self._transport and not self._transport.is_closing():
-            self._transport.resume_reading()
-
-    def _close(self, why: str) -> None:
-        log.info("closing connection %s: %s", self.ctx.peer, why)
-        if self._transport is not None:
-            self._transport.close()
-
-    def close(self) -> None:
-        self._close("broker shutting down")
+def sweep_interval_s(config: BrokerConfig) -> float:
+    """How often the connections are swept: a quarter of the shortest timeout, at most
+    :data:`MAX_SWEEP_INTERVAL_S` (a timeout is then enforced within 25% of its value)."""
+    shortest = min(
+        config.connections_max_idle_ms,
+        config.unfinished_frame_timeout_ms,
+        config.response_stall_timeout_ms,
+    )
+    return min(MAX_SWEEP_INTERVAL_S, shortest / 4000)
 
 
 class Server:
-    """Listens on the broker's address and serves connections until stopped."""
+    """Listens on the broker's address and serves connections until stopped.
+
+    Runs on the event loop's thread; ``connections``, ``budget`` and ``counts`` are
+    shared by its connections (same thread).
+    """
 
     def __init__(self, broker: Broker) -> None:
+        config = broker.config
         self.broker = broker
+        self.handlers: dict[int, Handler] = HANDLERS
         broker.served_apis = frozenset(HANDLERS)
         self.connections: set[Connection] = set()
+        self.budget = MemoryBudget(config.queued_max_bytes)
+        self.counts = ConnectionCounts(config.max_connections, config.max_connections_per_ip)
+        self.log_refused = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
+        self.log_close = RateLimitedLog(log, logging.INFO, LOG_INTERVAL_S)
+        self.log_evicted = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
+        self.log_budget = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
         self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def admit(self, request: Request[Any], ctx: RequestContext) -> Handler:
+        """The one gate every decoded request passes before its handler runs (checks on
+        who may call what belong here); raises the MQError its client gets instead."""
+        handler = self.handlers.get(request.api.key)
+        if handler is None:
+            raise UnsupportedVersionError(f"{request.api.name} is not served by this broker yet")
+        return handler
 
     async def start(self) -> tuple[str, int]:
         """Start the broker and listen; returns the address actually bound (port 0 → free port).
@@ -263,6 +167,7 @@ class Server:
         self._server = await loop.create_server(
             lambda: Connection(self), config.host, config.port, reuse_address=True, backlog=1024
         )
+        self._sweeper = loop.create_task(self._sweep(sweep_interval_s(config)))
         host, port = self._server.sockets[0].getsockname()[:2]
         await self.broker.join((config.host, port))
         await coordinator.start()
@@ -274,6 +179,10 @@ class Server:
         """Stop accepting, close connections, then close every partition cleanly."""
         if self._server is not None:
             self._server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
         for connection in list(self.connections):
             connection.close()
         if self._server is not None:
@@ -283,3 +192,15 @@ class Server:
         if self.broker.coordinator is not None:
             await self.broker.coordinator.stop()
         await self.broker.stop()
+
+    async def _sweep(self, interval_s: float) -> None:
+        """Forever: every connection's :meth:`~mq.broker.connection.Connection.sweep`."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval_s)
+            now = loop.time()
+            for connection in list(self.connections):
+                try:
+                    connection.sweep(now)
+                except Exception:  # one connection's bug must not end the sweep for all
+                    log.exception("sweeping connection %s failed", connection.ctx.peer)

@@ -152,7 +152,16 @@ class FrameDecoder(Generic[T]):
     Not thread-safe: one decoder per connection, used by one task.
     """
 
-    __slots__ = ("_buf", "_decode", "_error", "_max", "_scanned", "_start")
+    __slots__ = (
+        "_buf",
+        "_completed",
+        "_decode",
+        "_error",
+        "_frame_end",
+        "_max",
+        "_scanned",
+        "_start",
+    )
 
     @overload
     def __init__(self: FrameDecoder[bytes], max_frame_bytes: int = MAX_FRAME_BYTES) -> None: ...
@@ -179,6 +188,10 @@ class FrameDecoder(Generic[T]):
         """End of the complete frames: every frame in [_start, _scanned) is whole."""
         self._error: ProtocolError | None = None
         """The framing error found at _scanned, raised once the frames before it are out."""
+        self._frame_end = 0
+        """End of the frame in progress as its length prefix declares (0: no prefix yet)."""
+        self._completed = 0
+        """Frames whose last byte has arrived, since the start."""
 
     @property
     def max_frame_bytes(self) -> int:
@@ -188,6 +201,27 @@ class FrameDecoder(Generic[T]):
     def buffered_bytes(self) -> int:
         """Bytes fed and not yet handed out as frames (for read back-pressure)."""
         return len(self._buf) - self._start
+
+    @property
+    def reserve_bytes(self) -> int:
+        """What the buffer will hold once the frame in progress is complete: the bytes fed
+        and not handed out, plus the rest of the frame whose length prefix is in.
+
+        An owner with a memory budget reserves this as soon as a prefix arrives, before
+        the frame's bytes are buffered (the prefix was already checked against the bound).
+        """
+        return max(len(self._buf), self._frame_end) - self._start
+
+    @property
+    def complete_bytes(self) -> int:
+        """Bytes of the complete frames waiting to be handed out."""
+        return self._scanned - self._start
+
+    @property
+    def frames_completed(self) -> int:
+        """How many frames have been completed since the start (a partial frame's age
+        restarts when this moves)."""
+        return self._completed
 
     @property
     def at_frame_boundary(self) -> bool:
@@ -207,6 +241,8 @@ class FrameDecoder(Generic[T]):
         if self._start:
             del buf[: self._start]
             self._scanned -= self._start
+            if self._frame_end:
+                self._frame_end -= self._start
             self._start = 0
         buf += data
         self._scan()
@@ -234,6 +270,7 @@ class FrameDecoder(Generic[T]):
     def _scan(self) -> None:
         """Advance _scanned over whole frames, checking each length prefix once."""
         buf, pos, end, bound = self._buf, self._scanned, len(self._buf), self._max
+        self._frame_end = 0
         while self._error is None and end - pos >= FRAME_HEADER_BYTES:
             (size,) = _LENGTH.unpack_from(buf, pos)
             if size == 0:
@@ -243,9 +280,11 @@ class FrameDecoder(Generic[T]):
                     f"a frame announced {size} bytes, more than the bound of {bound}"
                 )
             elif end - pos - FRAME_HEADER_BYTES < size:
+                self._frame_end = pos + FRAME_HEADER_BYTES + size
                 break
             else:
                 pos += FRAME_HEADER_BYTES + size
+                self._completed += 1
         self._scanned = pos
 
     def _raise_if_broken(self) -> None:
