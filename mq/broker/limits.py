@@ -43,6 +43,11 @@ MIN_OPEN_FILES = 16
 """Fewest active files the cache keeps whatever the budget says: a smaller cache
 would reopen a file on nearly every append to a partition. A budget below it is
 a configuration to warn about, not a reason for a broker not to start."""
+PROCESS_FDS = 64
+"""Descriptors the process itself keeps besides storage files and client sockets:
+the listening socket, the metadata store's and peers' connections, log files, the
+interpreter's and uvloop's own. Connections get what is left of ``RLIMIT_NOFILE``
+after the storage files and these."""
 DEFAULT_MAX_MAP_COUNT = 65_530
 """Linux's default ``vm.max_map_count``, used when ``/proc`` cannot say."""
 MAX_MAP_COUNT_PATH = Path("/proc/sys/vm/max_map_count")
@@ -65,6 +70,10 @@ class Limits:
     """Most partition replicas this broker hosts."""
     partitions_by_maps: int
     """What the map budget alone allows (``max_partitions`` may be lower, by config)."""
+    max_connections: int
+    """Connections accepted at once: ``max_connections``, lowered to the descriptors
+    left after the storage files and :data:`PROCESS_FDS`, so that an accepted
+    connection never takes a descriptor a segment needs."""
 
     def refusal(self, hosted: int, adding: int) -> str | None:
         """Why ``adding`` more replicas to ``hosted`` ones go past the limit, or None."""
@@ -91,6 +100,7 @@ def derive(config: BrokerConfig, nofile: int, max_map_count: int) -> Limits:
         segment_maps=segment_maps,
         max_partitions=min(cap, by_maps) if cap else by_maps,
         partitions_by_maps=by_maps,
+        max_connections=max(1, min(config.max_connections, nofile - open_files - PROCESS_FDS)),
     )
 
 
@@ -133,6 +143,15 @@ def apply(config: BrokerConfig) -> Limits:
             MIN_OPEN_FILES,
         )
     handles.configure(limits.open_files, limits.segment_maps)
+    if limits.max_connections < config.max_connections:
+        log.warning(
+            "RLIMIT_NOFILE %d leaves descriptors for %d connections, fewer than "
+            "max_connections %d: accepting %d at most; raise the limit (ulimit -n)",
+            limits.nofile,
+            limits.max_connections,
+            config.max_connections,
+            limits.max_connections,
+        )
     log.info(
         "file budget: RLIMIT_NOFILE %d, %d active files open at most, %d segment maps, "
         "up to %d partitions (vm.max_map_count %d)",

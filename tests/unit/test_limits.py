@@ -34,6 +34,16 @@ def test_partitions_come_from_the_map_budget_not_from_descriptors() -> None:
     assert small.max_partitions == 0
 
 
+def test_connections_get_the_descriptors_storage_and_the_process_leave() -> None:
+    config = BrokerConfig(max_open_files=1_024, fd_reserve=512, max_connections=4_096)
+    # 1,024 descriptors: 512 for storage files, 64 for the process, 448 for sockets
+    assert limits.derive(config, 1_024, 65_530).max_connections == 1_024 - 512 - 64
+    # plenty of descriptors: the configured bound
+    assert limits.derive(config, 100_000, 65_530).max_connections == 4_096
+    # never below one, whatever the limit
+    assert limits.derive(config, 16, 65_530).max_connections == 1
+
+
 def replace_cap(config: BrokerConfig, cap: int) -> BrokerConfig:
     return config.with_overrides(max_partitions=cap)
 
