@@ -70,10 +70,10 @@ class Limits:
     """Most partition replicas this broker hosts."""
     partitions_by_maps: int
     """What the map budget alone allows (``max_partitions`` may be lower, by config)."""
-    max_connections: int
-    """Connections accepted at once: ``max_connections``, lowered to the descriptors
-    left after the storage files and :data:`PROCESS_FDS`, so that an accepted
-    connection never takes a descriptor a segment needs."""
+    connection_fds: int
+    """Descriptors left to sockets after the storage files and :data:`PROCESS_FDS`
+    (a ``max_connections`` above it is warned about at start: past it, accepting
+    fails with EMFILE and the file cache gives descriptors back)."""
 
     def refusal(self, hosted: int, adding: int) -> str | None:
         """Why ``adding`` more replicas to ``hosted`` ones go past the limit, or None."""
@@ -100,7 +100,7 @@ def derive(config: BrokerConfig, nofile: int, max_map_count: int) -> Limits:
         segment_maps=segment_maps,
         max_partitions=min(cap, by_maps) if cap else by_maps,
         partitions_by_maps=by_maps,
-        max_connections=max(1, min(config.max_connections, nofile - open_files - PROCESS_FDS)),
+        connection_fds=max(0, nofile - open_files - PROCESS_FDS),
     )
 
 
@@ -143,14 +143,13 @@ def apply(config: BrokerConfig) -> Limits:
             MIN_OPEN_FILES,
         )
     handles.configure(limits.open_files, limits.segment_maps)
-    if limits.max_connections < config.max_connections:
+    if limits.connection_fds < config.max_connections:
         log.warning(
             "RLIMIT_NOFILE %d leaves descriptors for %d connections, fewer than "
-            "max_connections %d: accepting %d at most; raise the limit (ulimit -n)",
+            "max_connections %d: raise the limit (ulimit -n) or lower max_connections",
             limits.nofile,
-            limits.max_connections,
+            limits.connection_fds,
             config.max_connections,
-            limits.max_connections,
         )
     log.info(
         "file budget: RLIMIT_NOFILE %d, %d active files open at most, %d segment maps, "

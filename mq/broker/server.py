@@ -133,7 +133,7 @@ class Server:
         broker.served_apis = frozenset(HANDLERS)
         self.connections: set[Connection] = set()
         self.budget = MemoryBudget(config.queued_max_bytes)
-        self.counts = ConnectionCounts(broker.limits.max_connections, config.max_connections_per_ip)
+        self.counts = ConnectionCounts(config.max_connections, config.max_connections_per_ip)
         self.log_refused = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
         self.log_close = RateLimitedLog(log, logging.INFO, LOG_INTERVAL_S)
         self.log_evicted = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)

@@ -35,13 +35,28 @@ def test_partitions_come_from_the_map_budget_not_from_descriptors() -> None:
 
 
 def test_connections_get_the_descriptors_storage_and_the_process_leave() -> None:
-    config = BrokerConfig(max_open_files=1_024, fd_reserve=512, max_connections=4_096)
+    config = BrokerConfig(max_open_files=1_024, fd_reserve=512)
     # 1,024 descriptors: 512 for storage files, 64 for the process, 448 for sockets
-    assert limits.derive(config, 1_024, 65_530).max_connections == 1_024 - 512 - 64
-    # plenty of descriptors: the configured bound
-    assert limits.derive(config, 100_000, 65_530).max_connections == 4_096
-    # never below one, whatever the limit
-    assert limits.derive(config, 16, 65_530).max_connections == 1
+    assert limits.derive(config, 1_024, 65_530).connection_fds == 1_024 - 512 - 64
+    assert limits.derive(config, 100_000, 65_530).connection_fds == 100_000 - 1_024 - 64
+    assert limits.derive(config, 16, 65_530).connection_fds == 0
+
+
+def test_a_max_connections_the_descriptors_cannot_hold_is_warned_about(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(limits, "raise_nofile", lambda: 1_024)
+    monkeypatch.setattr(limits.handles, "configure", lambda files, maps: None)  # process-wide
+    config = BrokerConfig(max_open_files=1_024, fd_reserve=512, max_connections=4_096)
+    with caplog.at_level("WARNING", logger=limits.__name__):
+        assert limits.apply(config).connection_fds == 448
+    assert "leaves descriptors for 448 connections, fewer than max_connections 4096" in (
+        caplog.text
+    )
+    caplog.clear()
+    with caplog.at_level("WARNING", logger=limits.__name__):
+        limits.apply(config.with_overrides(max_connections=400))
+    assert "max_connections" not in caplog.text
 
 
 def replace_cap(config: BrokerConfig, cap: int) -> BrokerConfig:
