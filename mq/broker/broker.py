@@ -25,7 +25,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -410,6 +410,7 @@ class Broker:
             )
         configs = dict(configs or {})
         topic_log_config(self.config.log, configs)  # raises InvalidConfigError
+        self._check_min_insync(configs)
         seat = self._controller_seat()
         record = await seat.create_topic(
             name,
@@ -510,6 +511,48 @@ class Broker:
         self, name: str, changes: dict[str, str | None], *, validate_only: bool = False
     ) -> None:
         """Set (or with None, reset) topic configs; replicas reopen with the new settings."""
+        failures = await self.alter_topics_configs({name: changes}, validate_only=validate_only)
+        if name in failures:
+            raise failures[name]
+
+    async def alter_topics_configs(
+        self, changes: Mapping[str, Mapping[str, str | None]], *, validate_only: bool = False
+    ) -> dict[str, MQError]:
+        """Set (or with None, reset) configs of several topics; the topics that failed.
+
+        Every topic's changes are checked first; the valid ones are then written
+        together (one store transaction, see
+        :func:`~mq.replication.cluster_state.update_topics_configs`), so a request
+        naming many topics writes the metadata once, not once per topic.
+        """
+        failures: dict[str, MQError] = {}
+        updated: dict[str, dict[str, str]] = {}
+        for name, change in changes.items():
+            try:
+                updated[name] = self._altered_configs(name, change)
+            except MQError as exc:
+                failures[name] = exc
+        if validate_only or not updated:
+            return failures
+        try:
+            failures.update(await self._controller_seat().alter_topics_configs(updated))
+        except MQError as exc:
+            return failures | dict.fromkeys(updated, exc)
+        waiting = {name: configs for name, configs in updated.items() if name not in failures}
+
+        def shown() -> bool:  # each topic checked until it shows: linear in all, not per wake
+            for name in list(waiting):
+                topic = self.view.topics.get(name)
+                if topic is not None and topic.configs != waiting[name]:
+                    return False
+                del waiting[name]
+            return True
+
+        await self.wait_for_view(shown)
+        return failures
+
+    def _altered_configs(self, name: str, changes: Mapping[str, str | None]) -> dict[str, str]:
+        """A topic's configs with ``changes`` applied, checked (InvalidConfigError)."""
         info = self.view.topics.get(name)
         if info is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -520,15 +563,23 @@ class Broker:
             else:
                 configs[key] = value
         topic_log_config(self.config.log, configs)  # raises InvalidConfigError
+        self._check_min_insync(configs)
         if share_config(configs).fifo != share_config(info.configs).fifo:
             raise InvalidConfigError(f"{FIFO} of {name} cannot change (as SQS: a new queue)")
-        if validate_only:
+        return configs
+
+    def _check_min_insync(self, configs: Mapping[str, str]) -> None:
+        """INVALID_CONFIG if ``min.insync.replicas`` is above the brokers of the cluster:
+        no acks=all produce could ever succeed."""
+        value = configs.get("min.insync.replicas")
+        if value is None:
             return
-        seat = self._controller_seat()
-        await seat.alter_topic_configs(name, configs)
-        await self.wait_for_view(
-            lambda: (t := self.view.topics.get(name)) is None or t.configs == configs
-        )
+        brokers = len(self.view.brokers.keys() | {self.node_id})
+        if int(value) > brokers:
+            raise InvalidConfigError(
+                f"min.insync.replicas is {value}, above the {brokers} broker(s) of the "
+                "cluster: no acks=all produce could succeed (range: 1 to the broker count)"
+            )
 
     def _controller_seat(self) -> ControllerSeat:
         if self.seat is None or self.seat.controller is None:
