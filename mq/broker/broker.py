@@ -29,7 +29,12 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from mq.broker.catalog import LegacyCatalog, split_topic_configs, topic_log_config
+from mq.broker.catalog import (
+    INTERNAL_TOPICS,
+    LegacyCatalog,
+    split_topic_configs,
+    topic_log_config,
+)
 from mq.broker.config import BrokerConfig
 from mq.broker.isr import IsrManager
 from mq.broker.log_cleaner import LogCleaner
@@ -49,6 +54,7 @@ from mq.errors import (
     RequestTimedOutError,
     StorageError,
     TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
@@ -56,6 +62,7 @@ from mq.queues.config import FIFO, share_config
 from mq.replication.cluster_state import ClusterView, TopicRecord, topic_key
 from mq.replication.controller import ControllerSeat
 from mq.replication.etcd_store import EtcdStore
+from mq.replication.hello import BrokerCredentials, cluster_secret
 from mq.replication.local_store import LocalStore
 from mq.replication.membership import BrokerInfo, NodeIdInUseError
 from mq.replication.store import CompactedError, Compare, Lease, MetadataStore, Put
@@ -108,6 +115,9 @@ class Broker:
         self.queues: ShareManager | None = None
         self.cluster_id = ""
         """Made by the first broker of the cluster, kept in the metadata store."""
+        self.credentials = BrokerCredentials(self.node_id, b"")
+        """What this broker shows the others, and what it asks of connections that say
+        they are brokers (:mod:`mq.replication.hello`); the secret is loaded at start."""
         self.served_apis: frozenset[int] = frozenset()
         """API keys the server has handlers for (what api_versions advertises)."""
         self._lock_fd: int | None = None
@@ -130,6 +140,8 @@ class Broker:
         self._remove_deleted_dirs()
         await self.store.start()
         self.cluster_id = await _cluster_id(self.store)
+        secret = await cluster_secret(self.store, self.config.inter_broker_secret)
+        self.credentials = BrokerCredentials(self.node_id, secret)
         self.view = await ClusterView.load(self.store)
         self.replicas.reconcile_all()
         self.replicas.remove_strays()
@@ -196,6 +208,12 @@ class Broker:
                 )
                 await self.wait_for_view(partial(self._has_topic, topic.name))
         legacy.retire()
+        # a single node listens as the leader of its partitions: the controller's
+        # elections (one store write each, in a worker thread) are done first
+        try:
+            await self.wait_for_view(lambda: all(p.is_leader for p in self.partitions.values()))
+        except RequestTimedOutError:
+            log.warning("node %d: some partitions still have no leader", self.node_id)
 
     async def stop(self) -> None:
         """Hand leaderships over (a cluster), then close every partition cleanly."""
@@ -457,6 +475,8 @@ class Broker:
         found = await self.catch_up_on(name)
         if found is not None:
             return found
+        if name in INTERNAL_TOPICS and not internal:  # a client's produce or metadata
+            raise TopicAuthorizationFailedError(f"only the brokers may create {name}")
         if (not internal and not self.config.auto_create_topics) or self.replicas.deleting(name):
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         validate_topic_name(name)

@@ -28,6 +28,9 @@ class RequestContext:
     peer: str
     client_id: str | None = None
     principal: str = ANONYMOUS
+    broker_id: int | None = None
+    """Set when the connection proved it is a broker of this cluster
+    (``broker_hello``, :mod:`mq.broker.gate`): the broker-only APIs are served to it."""
     closing: bool = field(default=False)
     """Set when the connection closes: long polls stop waiting."""
 

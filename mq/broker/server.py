@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from mq.broker import (
+    gate,
     handlers_admin,
     handlers_cluster,
     handlers_data,
@@ -88,6 +89,7 @@ HANDLERS: dict[int, Handler] = {
     apis_data.INIT_PRODUCER_ID.key: handlers_data.init_producer_id,
     apis_replication.REPLICA_FETCH.key: handlers_replication.replica_fetch,
     apis_replication.INTERNAL_APPEND.key: handlers_replication.internal_append,
+    apis_replication.BROKER_HELLO.key: gate.broker_hello,
     apis_cluster.ELECT_LEADERS.key: on_controller(
         apis_cluster.ELECT_LEADERS, handlers_cluster.elect_leaders
     ),
@@ -166,6 +168,7 @@ class Connection(asyncio.Protocol):
                 raise UnsupportedVersionError(
                     f"{request.api.name} is not served by this broker yet"
                 )
+            gate.admit(self.ctx, request)  # authorization: before any handler runs
         except MQError as exc:
             self._write(encode_error_response(envelope.correlation_id, exc))
             return

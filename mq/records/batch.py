@@ -175,6 +175,7 @@ def validate_produced(
     max_batch_bytes: int,
     now_ms: int | None = None,
     max_timestamp_skew_ms: int | None = None,
+    max_future_ms: int | None = None,
 ) -> list[BatchHeader]:
     """Check a producer's batches (one or more laid back to back) before an append.
 
@@ -182,7 +183,9 @@ def validate_produced(
     recordsCount`` (a producer numbers its records densely from 0), no control
     batches or cleaner flags from clients, a known codec, a size limit, and
     sane timestamps (``-1`` or at least 0, ``maxTimestamp >= baseTimestamp``,
-    within ``max_timestamp_skew_ms`` of ``now_ms`` when both are given).
+    within ``max_timestamp_skew_ms`` of ``now_ms`` when both are given, and not
+    more than ``max_future_ms`` after it), and no transactional flag (mq has no
+    transactions yet: a consumer would wait for a commit marker that never comes).
     Per-batch work only: the records are checked next, by
     :func:`mq.records.records.validate_produced_records` (a batch whose CRC
     holds over unparseable records would otherwise be stored and fail at every
@@ -212,7 +215,18 @@ def validate_produced(
             raise UnsupportedCompressionError(f"batch attributes name codec {header.codec}")
         if header.attributes & DELETE_HORIZON_BIT:
             raise InvalidRecordError("the delete-horizon flag is the log cleaner's, not a client's")
+        if header.is_transactional:
+            raise InvalidRecordError("transactional batches are refused: mq has no transactions")
         _check_timestamps(header, now_ms, max_timestamp_skew_ms)
+        if (
+            now_ms is not None
+            and max_future_ms is not None
+            and header.max_timestamp > now_ms + max_future_ms
+        ):
+            raise InvalidTimestampError(
+                f"timestamp {header.max_timestamp} is more than {max_future_ms} ms after "
+                f"the broker's clock ({now_ms}): message.timestamp.after.max.ms"
+            )
         headers.append(header)
         pos += header.size
     return headers

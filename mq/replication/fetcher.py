@@ -37,6 +37,7 @@ from mq.errors import (
     StorageError,
     error_for_code,
 )
+from mq.replication.hello import BrokerCredentials, open_broker_connection
 from mq.storage.log import AppendInfo, Log
 from mq.wire.apis_replication import (
     NO_EPOCH,
@@ -81,8 +82,10 @@ class ReplicaFetcher:
         *,
         max_wait_ms: int,
         max_bytes: int,
+        credentials: BrokerCredentials,
     ) -> None:
         self.node_id = node_id
+        self._credentials = credentials
         self.leader_id = leader_id
         self._resolve = resolve
         self._max_wait_ms = max_wait_ms
@@ -217,8 +220,8 @@ class ReplicaFetcher:
         if self._connection is not None and (self._connection.closed or address != self._address):
             self._close()
         if self._connection is None:
-            self._connection = await Connection.open(
-                *address, client_id=f"mq-replica-{self.node_id}"
+            self._connection = await open_broker_connection(
+                *address, self._credentials, client_id=f"mq-replica-{self.node_id}"
             )
             self._address = address
         return self._connection

@@ -177,7 +177,12 @@ class Log:
         Not durable until a flush.
         """
         self.check_online()
-        headers = validate_produced(data, max_batch_bytes=self.config.max_message_bytes)
+        headers = validate_produced(
+            data,
+            max_batch_bytes=self.config.max_message_bytes,
+            now_ms=int(time.time() * 1000),
+            max_future_ms=self.config.message_timestamp_after_max_ms,
+        )
         validate_produced_records(
             data, headers, max_decompressed=self.config.max_decompressed_bytes
         )
