@@ -64,7 +64,7 @@ from mq.replication.controller import ControllerSeat
 from mq.replication.etcd_store import EtcdStore
 from mq.replication.hello import BrokerCredentials, cluster_secret
 from mq.replication.local_store import LocalStore
-from mq.replication.membership import BrokerInfo, NodeIdInUseError
+from mq.replication.membership import BrokerInfo, NodeIdInUseError, live_brokers
 from mq.replication.store import CompactedError, Compare, Lease, MetadataStore, Put
 from mq.replication.throttle import TokenBucket
 from mq.wire.apis_core import CREATE_TOPICS, CreateTopicsResponse
@@ -428,7 +428,8 @@ class Broker:
             )
         configs = dict(configs or {})
         topic_log_config(self.config.log, configs)  # raises InvalidConfigError
-        self._check_min_insync(configs)
+        if "min.insync.replicas" in configs:
+            _check_min_insync(configs, await self._broker_count())
         seat = self._controller_seat()
         record = await seat.create_topic(
             name,
@@ -547,9 +548,10 @@ class Broker:
         """
         failures: dict[str, MQError] = {}
         updated: dict[str, dict[str, str]] = {}
+        brokers = await self._broker_count() if changes else 0
         for name, change in changes.items():
             try:
-                updated[name] = self._altered_configs(name, change)
+                updated[name] = self._altered_configs(name, change, brokers)
             except MQError as exc:
                 failures[name] = exc
         if validate_only or not updated:
@@ -571,7 +573,9 @@ class Broker:
         await self.wait_for_view(shown)
         return failures
 
-    def _altered_configs(self, name: str, changes: Mapping[str, str | None]) -> dict[str, str]:
+    def _altered_configs(
+        self, name: str, changes: Mapping[str, str | None], brokers: int
+    ) -> dict[str, str]:
         """A topic's configs with ``changes`` applied, checked (InvalidConfigError)."""
         info = self.view.topics.get(name)
         if info is None:
@@ -583,23 +587,15 @@ class Broker:
             else:
                 configs[key] = value
         topic_log_config(self.config.log, configs)  # raises InvalidConfigError
-        self._check_min_insync(configs)
+        _check_min_insync(configs, brokers)
         if share_config(configs).fifo != share_config(info.configs).fifo:
             raise InvalidConfigError(f"{FIFO} of {name} cannot change (as SQS: a new queue)")
         return configs
 
-    def _check_min_insync(self, configs: Mapping[str, str]) -> None:
-        """INVALID_CONFIG if ``min.insync.replicas`` is above the brokers of the cluster:
-        no acks=all produce could ever succeed."""
-        value = configs.get("min.insync.replicas")
-        if value is None:
-            return
-        brokers = len(self.view.brokers.keys() | {self.node_id})
-        if int(value) > brokers:
-            raise InvalidConfigError(
-                f"min.insync.replicas is {value}, above the {brokers} broker(s) of the "
-                "cluster: no acks=all produce could succeed (range: 1 to the broker count)"
-            )
+    async def _broker_count(self) -> int:
+        """The brokers registered now (read from the store: the view may lag behind)."""
+        live, _ = await live_brokers(self.store)
+        return len(live.keys() | {self.node_id})
 
     def _controller_seat(self) -> ControllerSeat:
         if self.seat is None or self.seat.controller is None:
@@ -638,6 +634,17 @@ async def _cluster_id(store: MetadataStore) -> str:
         if await store.commit([Compare(CLUSTER_ID_KEY, 0)], [Put(CLUSTER_ID_KEY, made.encode())]):
             return made
     raise MQError("could not read or create the cluster id")
+
+
+def _check_min_insync(configs: Mapping[str, str], brokers: int) -> None:
+    """INVALID_CONFIG if ``min.insync.replicas`` is above the cluster's ``brokers``:
+    no acks=all produce could ever succeed."""
+    value = configs.get("min.insync.replicas")
+    if value is not None and int(value) > brokers:
+        raise InvalidConfigError(
+            f"min.insync.replicas is {value}, above the {brokers} broker(s) of the "
+            "cluster: no acks=all produce could succeed (range: 1 to the broker count)"
+        )
 
 
 def _not_here(topic: str, index: int) -> MQError:
