@@ -186,7 +186,7 @@ async def describe_groups(
     """Members with what they own, and per partition the committed offset and high watermark."""
     coordinator = _coordinator(broker)
     response: DescribeGroupsResponse = {"groups": []}
-    for group_id in body["groups"]:
+    for group_id in dict.fromkeys(body["groups"]):  # a group asked twice is described once
         try:
             coordinator.offsets.require(group_id)
         except MQError as exc:

@@ -17,7 +17,7 @@ from broker_process import BrokerProcess
 from mq.client.connection import Connection
 from mq.errors import InvalidRequestError
 from mq.records.records import build_batch
-from mq.wire import apis_core, apis_data
+from mq.wire import apis_core, apis_data, apis_groups
 
 REPEATS = 2_000
 """Entries naming the same partition or topic: enough to show work done per entry,
@@ -162,5 +162,14 @@ async def test_alter_configs_of_many_topics_writes_the_metadata_once(broker: Bro
             {"topics": [{"name": n, "keys": ["retention.ms"]} for n in names]},
         )
         assert {t["configs"][0]["value"] for t in described["topics"]} == {"7000"}
+    finally:
+        conn.close()
+
+
+async def test_describe_groups_describes_a_group_asked_twice_once(broker: BrokerProcess) -> None:
+    conn = await _connect(broker)
+    try:
+        answer = await conn.call(apis_groups.DESCRIBE_GROUPS, {"groups": ["dup-group"] * REPEATS})
+        assert [g["group_id"] for g in answer["groups"]] == ["dup-group"]
     finally:
         conn.close()
