@@ -43,8 +43,8 @@ from mq.broker.peers import Peers
 from mq.broker.producer_ids import ProducerIdAllocator
 from mq.broker.replicas import ReplicaManager
 from mq.broker.scrubber import Scrubber
+from mq.broker.topic_configs import altered_configs, broker_count, check_min_insync
 from mq.errors import (
-    InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicError,
@@ -58,13 +58,12 @@ from mq.errors import (
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from mq.queues.config import FIFO, share_config
 from mq.replication.cluster_state import ClusterView, TopicRecord, topic_key
 from mq.replication.controller import ControllerSeat
 from mq.replication.etcd_store import EtcdStore
 from mq.replication.hello import BrokerCredentials, cluster_secret
 from mq.replication.local_store import LocalStore
-from mq.replication.membership import BrokerInfo, NodeIdInUseError, live_brokers
+from mq.replication.membership import BrokerInfo, NodeIdInUseError
 from mq.replication.store import CompactedError, Compare, Lease, MetadataStore, Put
 from mq.replication.throttle import TokenBucket
 from mq.wire.apis_core import CREATE_TOPICS, CreateTopicsResponse
@@ -429,7 +428,7 @@ class Broker:
         configs = dict(configs or {})
         topic_log_config(self.config.log, configs)  # raises InvalidConfigError
         if "min.insync.replicas" in configs:
-            _check_min_insync(configs, await self._broker_count())
+            check_min_insync(configs, await broker_count(self.store, self.node_id))
         seat = self._controller_seat()
         record = await seat.create_topic(
             name,
@@ -528,14 +527,6 @@ class Broker:
         await self.replicas.wait_dropped(name)
         log.info("deleted topic %s", name)
 
-    async def alter_topic_configs(
-        self, name: str, changes: dict[str, str | None], *, validate_only: bool = False
-    ) -> None:
-        """Set (or with None, reset) topic configs; replicas reopen with the new settings."""
-        failures = await self.alter_topics_configs({name: changes}, validate_only=validate_only)
-        if name in failures:
-            raise failures[name]
-
     async def alter_topics_configs(
         self, changes: Mapping[str, Mapping[str, str | None]], *, validate_only: bool = False
     ) -> dict[str, MQError]:
@@ -548,10 +539,11 @@ class Broker:
         """
         failures: dict[str, MQError] = {}
         updated: dict[str, dict[str, str]] = {}
-        brokers = await self._broker_count() if changes else 0
+        brokers = await broker_count(self.store, self.node_id) if changes else 0
         for name, change in changes.items():
             try:
-                updated[name] = self._altered_configs(name, change, brokers)
+                info = self.view.topics.get(name)
+                updated[name] = altered_configs(name, info, change, self.config.log, brokers)
             except MQError as exc:
                 failures[name] = exc
         if validate_only or not updated:
@@ -572,30 +564,6 @@ class Broker:
 
         await self.wait_for_view(shown)
         return failures
-
-    def _altered_configs(
-        self, name: str, changes: Mapping[str, str | None], brokers: int
-    ) -> dict[str, str]:
-        """A topic's configs with ``changes`` applied, checked (InvalidConfigError)."""
-        info = self.view.topics.get(name)
-        if info is None:
-            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-        configs = dict(info.configs)
-        for key, value in changes.items():
-            if value is None:
-                configs.pop(key, None)
-            else:
-                configs[key] = value
-        topic_log_config(self.config.log, configs)  # raises InvalidConfigError
-        _check_min_insync(configs, brokers)
-        if share_config(configs).fifo != share_config(info.configs).fifo:
-            raise InvalidConfigError(f"{FIFO} of {name} cannot change (as SQS: a new queue)")
-        return configs
-
-    async def _broker_count(self) -> int:
-        """The brokers registered now (read from the store: the view may lag behind)."""
-        live, _ = await live_brokers(self.store)
-        return len(live.keys() | {self.node_id})
 
     def _controller_seat(self) -> ControllerSeat:
         if self.seat is None or self.seat.controller is None:
@@ -634,17 +602,6 @@ async def _cluster_id(store: MetadataStore) -> str:
         if await store.commit([Compare(CLUSTER_ID_KEY, 0)], [Put(CLUSTER_ID_KEY, made.encode())]):
             return made
     raise MQError("could not read or create the cluster id")
-
-
-def _check_min_insync(configs: Mapping[str, str], brokers: int) -> None:
-    """INVALID_CONFIG if ``min.insync.replicas`` is above the cluster's ``brokers``:
-    no acks=all produce could ever succeed."""
-    value = configs.get("min.insync.replicas")
-    if value is not None and int(value) > brokers:
-        raise InvalidConfigError(
-            f"min.insync.replicas is {value}, above the {brokers} broker(s) of the "
-            "cluster: no acks=all produce could succeed (range: 1 to the broker count)"
-        )
 
 
 def _not_here(topic: str, index: int) -> MQError:
