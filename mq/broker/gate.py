@@ -27,6 +27,7 @@ Thread safety: one event loop.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -48,6 +49,10 @@ log = logging.getLogger(__name__)
 
 BROKER_ONLY_APIS = frozenset({REPLICA_FETCH.key, INTERNAL_APPEND.key})
 """APIs served only to connections of this cluster's brokers."""
+WRONG_SECRET_LOG_INTERVAL_S = 10.0
+"""At most one warning about wrong inter-broker secrets per this many seconds (with
+the count of the others): a client sending hellos in a loop cannot flood the log."""
+_wrong_secrets = {"last": -WRONG_SECRET_LOG_INTERVAL_S, "unlogged": 0.0}
 
 
 def _named(body: Any) -> Iterable[str]:
@@ -92,11 +97,18 @@ async def broker_hello(
     """Mark the connection as a broker's if it shows the cluster's secret."""
     credentials = broker.credentials
     if len(credentials.secret) < MIN_SECRET_BYTES or not credentials.matches(body["secret"]):
-        log.warning(  # never the secret itself
-            "connection %s claiming to be broker %d showed a wrong inter-broker secret",
-            ctx.peer,
-            body["node_id"],
-        )
+        now = time.monotonic()
+        if now - _wrong_secrets["last"] >= WRONG_SECRET_LOG_INTERVAL_S:
+            log.warning(  # never the secret itself
+                "connection %s claiming to be broker %d showed a wrong inter-broker secret "
+                "(%d more since the last warning)",
+                ctx.peer,
+                body["node_id"],
+                _wrong_secrets["unlogged"],
+            )
+            _wrong_secrets.update(last=now, unlogged=0)
+        else:
+            _wrong_secrets["unlogged"] += 1
         raise ClusterAuthorizationFailedError(
             "the inter-broker secret does not match this cluster's"
         )
