@@ -28,7 +28,7 @@ from typing import Any
 
 from mq.local_cluster import BrokerProcess
 from mq.records.records import build_batch
-from mq.wire import apis_cluster, apis_core, apis_data, apis_groups, limits
+from mq.wire import apis_cluster, apis_core, apis_data, apis_groups, apis_queues, limits
 from mq.wire.frames import FrameDecoder
 from mq.wire.messages import decode_response, encode_request, unpack_response
 from mq.wire.registry import Api
@@ -172,6 +172,55 @@ def _requests(n: int) -> list[tuple[str, Api[Any, Any], Callable[[], Any]]]:
             f"describe_groups: one group x {n}",
             apis_groups.DESCRIBE_GROUPS,
             lambda: {"groups": ["bounds"] * n},
+        ),
+        (
+            f"queue_receive: partition 0 x {n}",
+            apis_queues.QUEUE_RECEIVE,
+            lambda: {
+                "group": "bounds",
+                "consumer_id": "c",
+                "topics": [{"name": TOPIC, "partitions": [0] * n}],
+                "max_messages": 10,
+                "max_wait_ms": 0,
+            },
+        ),
+        (
+            f"queue_ack: partition 0 x {n}",
+            apis_queues.QUEUE_ACK,
+            lambda: {
+                "group": "bounds",
+                "topics": [
+                    {
+                        "name": TOPIC,
+                        "settlements": [{**part, "action": 0, "offsets": [0], "counts": [1]}] * n,
+                    }
+                ],
+            },
+        ),
+        (
+            f"queue_ack: one settlement of {n} offsets",
+            apis_queues.QUEUE_ACK,
+            lambda: {
+                "group": "bounds",
+                "topics": [
+                    {
+                        "name": TOPIC,
+                        "settlements": [
+                            {
+                                **part,
+                                "action": 0,
+                                "offsets": list(range(n)),
+                                "counts": [1] * n,
+                            }
+                        ],
+                    }
+                ],
+            },
+        ),
+        (
+            f"describe_queue: partition 0 x {n}",
+            apis_queues.DESCRIBE_QUEUE,
+            lambda: {"group": "bounds", "topic": TOPIC, "partitions": [0] * n},
         ),
         (
             f"elect_leaders: partition 0 x {n}",

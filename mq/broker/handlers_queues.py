@@ -144,11 +144,17 @@ async def queue_ack(broker: Broker, ctx: RequestContext, body: AckRequest) -> Ac
                 continue
             manager.after_change(session)
             touched.append((session, result))
+    by_session: dict[int, list[dict[str, Any]]] = {}  # one durability wait per session,
+    sessions: dict[int, Session] = {}  # however many entries name its partition
     for session, result in touched:
+        by_session.setdefault(id(session), []).append(result)
+        sessions[id(session)] = session
+    for key, session in sessions.items():
         try:
             await manager.durable(session)
         except MQError as exc:
-            set_error(result, exc)
+            for result in by_session[key]:
+                set_error(result, exc)
     return cast(AckResponse, {"topics": topics})
 
 
@@ -184,7 +190,7 @@ async def describe_queue(
 ) -> DescribeQueueResponse:
     manager = _manager(broker)
     partitions: list[dict[str, Any]] = []
-    for index in body["partitions"]:
+    for index in dict.fromkeys(body["partitions"]):  # a partition asked twice: answered once
         result: dict[str, Any] = {"partition": index, "error": 0, "message": None}
         partitions.append(result)
         try:

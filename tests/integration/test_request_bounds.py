@@ -17,7 +17,7 @@ from broker_process import BrokerProcess
 from mq.client.connection import Connection
 from mq.errors import InvalidRequestError
 from mq.records.records import build_batch
-from mq.wire import apis_core, apis_data, apis_groups
+from mq.wire import apis_core, apis_data, apis_groups, apis_queues
 
 REPEATS = 2_000
 """Entries naming the same partition or topic: enough to show work done per entry,
@@ -171,5 +171,17 @@ async def test_describe_groups_describes_a_group_asked_twice_once(broker: Broker
     try:
         answer = await conn.call(apis_groups.DESCRIBE_GROUPS, {"groups": ["dup-group"] * REPEATS})
         assert [g["group_id"] for g in answer["groups"]] == ["dup-group"]
+    finally:
+        conn.close()
+
+
+async def test_describe_queue_answers_a_partition_asked_twice_once(broker: BrokerProcess) -> None:
+    conn = await _connect(broker)
+    try:
+        await _create(conn, "dup-queue")
+        body = {"group": "g", "topic": "dup-queue", "partitions": [0] * REPEATS}
+        answer = await conn.call(apis_queues.DESCRIBE_QUEUE, body)
+        assert [p["partition"] for p in answer["partitions"]] == [0]
+        assert answer["partitions"][0]["error"] == 0
     finally:
         conn.close()
