@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from mq.client.connection import Connection
 from mq.errors import (
+    ClusterAuthorizationFailedError,
     MQError,
     OffsetOutOfRangeError,
     StorageError,
@@ -158,7 +159,9 @@ class ReplicaFetcher:
                 )
                 backoff = BACKOFF_S
             except Exception as exc:  # MQError, or a bug: either way the fetcher goes on
-                if isinstance(exc, MQError):
+                if isinstance(exc, ClusterAuthorizationFailedError):  # a misconfigured secret
+                    log.warning("node %d fetching from %d: %s", self.node_id, self.leader_id, exc)
+                elif isinstance(exc, MQError):
                     log.info("node %d fetching from %d: %s", self.node_id, self.leader_id, exc)
                 else:
                     log.exception("node %d fetching from %d", self.node_id, self.leader_id)
