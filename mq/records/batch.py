@@ -184,8 +184,7 @@ def validate_produced(
     batches or cleaner flags from clients, a known codec, a size limit, and
     sane timestamps (``-1`` or at least 0, ``maxTimestamp >= baseTimestamp``,
     within ``max_timestamp_skew_ms`` of ``now_ms`` when both are given, and not
-    more than ``max_future_ms`` after it), and no transactional flag (mq has no
-    transactions yet: a consumer would wait for a commit marker that never comes).
+    more than ``max_future_ms`` after it).
     Per-batch work only: the records are checked next, by
     :func:`mq.records.records.validate_produced_records` (a batch whose CRC
     holds over unparseable records would otherwise be stored and fail at every
@@ -215,8 +214,6 @@ def validate_produced(
             raise UnsupportedCompressionError(f"batch attributes name codec {header.codec}")
         if header.attributes & DELETE_HORIZON_BIT:
             raise InvalidRecordError("the delete-horizon flag is the log cleaner's, not a client's")
-        if header.is_transactional:
-            raise InvalidRecordError("transactional batches are refused: mq has no transactions")
         _check_timestamps(header, now_ms, max_timestamp_skew_ms)
         if (
             now_ms is not None
