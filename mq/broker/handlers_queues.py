@@ -118,11 +118,16 @@ async def queue_receive(
 
 
 async def queue_ack(broker: Broker, ctx: RequestContext, body: AckRequest) -> AckResponse:
-    """Settle receipts: each is applied or reported in ``failed`` (a stale receipt)."""
+    """Settle receipts: each is applied or reported in ``failed`` (a stale receipt).
+
+    Work per request, not per entry, wherever entries name one partition: its session
+    is looked up and made ready once, acted on once, and waited on to be durable once.
+    """
     manager = _manager(broker)
     group = body["group"]
     topics: list[dict[str, Any]] = []
-    touched: list[tuple[Session, dict[str, Any]]] = []
+    found: dict[tuple[str, int], Session] = {}
+    touched: dict[int, tuple[Session, list[dict[str, Any]]]] = {}
     for topic in body["topics"]:
         results: list[dict[str, Any]] = []
         topics.append({"name": topic["name"], "settlements": results})
@@ -135,25 +140,25 @@ async def queue_ack(broker: Broker, ctx: RequestContext, body: AckRequest) -> Ac
                 "never_delivered": [],
             }
             results.append(result)
+            key = (topic["name"], settlement["partition"])
             try:
-                session = await manager.session(group, topic["name"], settlement["partition"])
-                await manager.ready(session)
+                session = found.get(key)
+                if session is None or session.closed:
+                    session = await manager.session(group, *key)
+                    await manager.ready(session)
+                    found[key] = session
                 result["failed"], result["never_delivered"] = _settle(session, settlement)
             except MQError as exc:
                 set_error(result, exc)
                 continue
-            manager.after_change(session)
-            touched.append((session, result))
-    by_session: dict[int, list[dict[str, Any]]] = {}  # one durability wait per session,
-    sessions: dict[int, Session] = {}  # however many entries name its partition
-    for session, result in touched:
-        by_session.setdefault(id(session), []).append(result)
-        sessions[id(session)] = session
-    for key, session in sessions.items():
+            touched.setdefault(id(session), (session, []))[1].append(result)
+    for session, _ in touched.values():
+        manager.after_change(session)
+    for session, settled in touched.values():
         try:
             await manager.durable(session)
         except MQError as exc:
-            for result in by_session[key]:
+            for result in settled:
                 set_error(result, exc)
     return cast(AckResponse, {"topics": topics})
 
