@@ -28,7 +28,7 @@ from typing import Any
 from wire_random import KNOWN_TOPIC, OFFSETS_TOPIC, SCRATCH_TOPICS, TOPICS, RandomWire, SentRecords
 
 from mq.broker.server import HANDLERS
-from mq.errors import MQError, ProtocolError
+from mq.errors import InvalidRequestError, MQError, ProtocolError
 from mq.records import batch as fmt
 from mq.records.records import Header
 from mq.wire import apis_core, apis_data, apis_queues, apis_replication
@@ -226,8 +226,13 @@ class Lane:
         if [(n, p["partition"]) for n, p in results] != [(n, p) for n, p, _ in entries]:
             self.fail(f"produce answered other partitions than asked: {results}")
             return
+        named = Counter((n, p) for n, p, _ in entries)
         for (name, result), (_, partition, sent) in zip(results, entries, strict=True):
             where = f"produce to {name}-{partition}"
+            if named[(name, partition)] > 1:  # issue 18, F5: none of a repeated entry goes in
+                if result["error"] != InvalidRequestError.code:
+                    self.fail(f"{where}: named twice in one produce, not refused: {result}")
+                continue
             if result["error"] == 0 and sent.must_fail:
                 self.fail(f"{where}: a damaged batch was stored at {result['base_offset']}")
             if name != KNOWN_TOPIC:

@@ -25,12 +25,17 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from mq.broker import limits, producer_ids
-from mq.broker.catalog import LegacyCatalog, split_topic_configs, topic_log_config
+from mq.broker.catalog import (
+    INTERNAL_TOPICS,
+    LegacyCatalog,
+    split_topic_configs,
+    topic_log_config,
+)
 from mq.broker.config import BrokerConfig
 from mq.broker.isr import IsrManager
 from mq.broker.log_cleaner import LogCleaner
@@ -39,8 +44,8 @@ from mq.broker.peers import Peers
 from mq.broker.producer_ids import ProducerIdAllocator
 from mq.broker.replicas import ReplicaManager
 from mq.broker.scrubber import Scrubber
+from mq.broker.topic_configs import altered_configs, broker_count, check_min_insync
 from mq.errors import (
-    InvalidConfigError,
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidTopicError,
@@ -50,13 +55,14 @@ from mq.errors import (
     RequestTimedOutError,
     StorageError,
     TopicAlreadyExistsError,
+    TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from mq.queues.config import FIFO, share_config
 from mq.replication.cluster_state import ClusterView, TopicRecord, topic_key
 from mq.replication.controller import ControllerSeat
 from mq.replication.etcd_store import EtcdStore
+from mq.replication.hello import BrokerCredentials, cluster_secret
 from mq.replication.local_store import LocalStore
 from mq.replication.membership import BrokerInfo, NodeIdInUseError
 from mq.replication.store import CompactedError, Compare, Lease, MetadataStore, Put
@@ -111,6 +117,9 @@ class Broker:
         self.queues: ShareManager | None = None
         self.cluster_id = ""
         """Made by the first broker of the cluster, kept in the metadata store."""
+        self.credentials = BrokerCredentials(self.node_id, b"")
+        """What this broker shows the others, and what it asks of connections that say
+        they are brokers (:mod:`mq.replication.hello`); the secret is loaded at start."""
         self.served_apis: frozenset[int] = frozenset()
         """API keys the server has handlers for (what api_versions advertises)."""
         self._lock_fd: int | None = None
@@ -133,6 +142,8 @@ class Broker:
         self._remove_deleted_dirs()
         await self.store.start()
         self.cluster_id = await _cluster_id(self.store)
+        secret = await cluster_secret(self.store, self.config.inter_broker_secret)
+        self.credentials = BrokerCredentials(self.node_id, secret)
         self.view = await ClusterView.load(self.store)
         self.replicas.reconcile_all()
         self.replicas.remove_strays()
@@ -203,6 +214,12 @@ class Broker:
                 )
                 await self.wait_for_view(partial(self._has_topic, topic.name))
         legacy.retire()
+        # a single node listens as the leader of its partitions: the controller's
+        # elections (one store write each, in a worker thread) are done first
+        try:
+            await self.wait_for_view(lambda: all(p.is_leader for p in self.partitions.values()))
+        except RequestTimedOutError:
+            log.warning("node %d: some partitions still have no leader", self.node_id)
 
     async def stop(self) -> None:
         """Hand leaderships over (a cluster), then close every partition cleanly."""
@@ -417,6 +434,8 @@ class Broker:
             )
         configs = dict(configs or {})
         topic_log_config(self.config.log, configs)  # raises InvalidConfigError
+        if "min.insync.replicas" in configs:
+            check_min_insync(configs, await broker_count(self.store, self.node_id))
         seat = self._controller_seat()
         record = await seat.create_topic(
             name,
@@ -463,6 +482,8 @@ class Broker:
         found = await self.catch_up_on(name)
         if found is not None:
             return found
+        if name in INTERNAL_TOPICS and not internal:  # a client's produce or metadata
+            raise TopicAuthorizationFailedError(f"only the brokers may create {name}")
         if (not internal and not self.config.auto_create_topics) or self.replicas.deleting(name):
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
         validate_topic_name(name)
@@ -513,29 +534,43 @@ class Broker:
         await self.replicas.wait_dropped(name)
         log.info("deleted topic %s", name)
 
-    async def alter_topic_configs(
-        self, name: str, changes: dict[str, str | None], *, validate_only: bool = False
-    ) -> None:
-        """Set (or with None, reset) topic configs; replicas reopen with the new settings."""
-        info = self.view.topics.get(name)
-        if info is None:
-            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-        configs = dict(info.configs)
-        for key, value in changes.items():
-            if value is None:
-                configs.pop(key, None)
-            else:
-                configs[key] = value
-        topic_log_config(self.config.log, configs)  # raises InvalidConfigError
-        if share_config(configs).fifo != share_config(info.configs).fifo:
-            raise InvalidConfigError(f"{FIFO} of {name} cannot change (as SQS: a new queue)")
-        if validate_only:
-            return
-        seat = self._controller_seat()
-        await seat.alter_topic_configs(name, configs)
-        await self.wait_for_view(
-            lambda: (t := self.view.topics.get(name)) is None or t.configs == configs
-        )
+    async def alter_topics_configs(
+        self, changes: Mapping[str, Mapping[str, str | None]], *, validate_only: bool = False
+    ) -> dict[str, MQError]:
+        """Set (or with None, reset) configs of several topics; the topics that failed.
+
+        Every topic's changes are checked first; the valid ones are then written
+        together (one store transaction, see
+        :func:`~mq.replication.cluster_state.update_topics_configs`), so a request
+        naming many topics writes the metadata once, not once per topic.
+        """
+        failures: dict[str, MQError] = {}
+        updated: dict[str, dict[str, str]] = {}
+        brokers = await broker_count(self.store, self.node_id) if changes else 0
+        for name, change in changes.items():
+            try:
+                info = self.view.topics.get(name)
+                updated[name] = altered_configs(name, info, change, self.config.log, brokers)
+            except MQError as exc:
+                failures[name] = exc
+        if validate_only or not updated:
+            return failures
+        try:
+            failures.update(await self._controller_seat().alter_topics_configs(updated))
+        except MQError as exc:
+            return failures | dict.fromkeys(updated, exc)
+        waiting = {name: configs for name, configs in updated.items() if name not in failures}
+
+        def shown() -> bool:  # each topic checked until it shows: linear in all, not per wake
+            for name in list(waiting):
+                topic = self.view.topics.get(name)
+                if topic is not None and topic.configs != waiting[name]:
+                    return False
+                del waiting[name]
+            return True
+
+        await self.wait_for_view(shown)
+        return failures
 
     def _controller_seat(self) -> ControllerSeat:
         if self.seat is None or self.seat.controller is None:

@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mq.config_values import parse_int
 from mq.errors import InvalidConfigError
 from mq.queues.config import QUEUE_CONFIG_KEYS, share_config
 from mq.storage.config import LogConfig
+from mq.wire.limits import MAX_BROKERS
 
 FILE_NAME = "topics.json"
 FORMAT_VERSION = 1
@@ -40,6 +42,7 @@ TOPIC_CONFIG_KEYS = {
     "min.cleanable.dirty.ratio",
     "min.compaction.lag.ms",
     "delete.retention.ms",
+    "message.timestamp.after.max.ms",
     "min.insync.replicas",
     "unclean.leader.election.enable",
     *QUEUE_CONFIG_KEYS,
@@ -88,8 +91,7 @@ def topic_log_config(defaults: LogConfig, configs: dict[str, str]) -> LogConfig:
         if key not in TOPIC_CONFIG_KEYS:
             raise InvalidConfigError(f"unknown topic config {key!r}")
         if key == "min.insync.replicas":
-            if not value.isdigit() or int(value) < 1:
-                raise InvalidConfigError(f"min.insync.replicas must be >= 1, got {value!r}")
+            parse_int(key, value, 1, MAX_BROKERS)
             continue
         if key == "unclean.leader.election.enable":
             if value not in ("true", "false"):

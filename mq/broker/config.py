@@ -13,8 +13,11 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from mq.config_values import parse_int
 from mq.errors import InvalidConfigError
-from mq.storage.config import LogConfig
+from mq.storage.config import MAX_DURATION_MS, MAX_LOG_BYTES, LogConfig
+from mq.wire.apis_replication import MAX_SECRET_BYTES, MIN_SECRET_BYTES
+from mq.wire.limits import I32_MAX, I64_MAX, I64_MIN, MAX_BROKERS, MAX_PARTITIONS
 
 DEFAULT_PORT = 9292
 """mq's fixed default port (Kafka's 9092 with a 2 for the second of its kind)."""
@@ -196,9 +199,15 @@ class BrokerConfig:
     batches): past it the least recently written one is forgotten (as if expired). A
     partition seldom has more than a few hundred producers; Kafka has no such bound
     but rate-limits new producer ids (KIP-936)."""
+    inter_broker_secret: str | None = field(default=None, repr=False)
+    """The secret brokers of the cluster show each other (``broker_hello``) to be served
+    the broker-only APIs (:mod:`mq.replication.hello`): the same on every broker, at
+    least 16 bytes. None (the default): a random one, made by the cluster's first
+    broker and kept in the metadata store. Never logged."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
+        _check_values(self)  # types and ranges first (issue 18, F10): clear errors, no traceback
         if not 0 <= self.port <= 65_535:
             raise InvalidConfigError(f"port must be 0..65535, got {self.port}")
         if self.max_inflight_requests < 1 or self.default_partitions < 1:
@@ -258,6 +267,11 @@ class BrokerConfig:
                 f"queued_max_bytes ({self.queued_max_bytes}) must be at least max_frame_bytes "
                 f"({self.max_frame_bytes}): a frame of the largest legal size must fit"
             )
+        secret = self.inter_broker_secret
+        if secret is not None and not MIN_SECRET_BYTES <= len(secret.encode()) <= MAX_SECRET_BYTES:
+            raise InvalidConfigError(
+                f"inter_broker_secret must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes long"
+            )
         if self.metadata is not None and not self.metadata.startswith("etcd://"):
             raise InvalidConfigError(f"metadata must be etcd://HOST:PORT, got {self.metadata!r}")
 
@@ -280,3 +294,77 @@ class BrokerConfig:
 
     def with_overrides(self, **overrides: Any) -> BrokerConfig:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "port": (0, 65_535),
+    "node_id": (0, I32_MAX),
+    "max_frame_bytes": (64 * 1024, I32_MAX),
+    "max_inflight_requests": (1, 1 << 16),
+    "default_partitions": (1, MAX_PARTITIONS),
+    "offsets_partitions": (1, MAX_PARTITIONS),
+    "share_state_partitions": (1, MAX_PARTITIONS),
+    "default_replication_factor": (1, MAX_BROKERS),
+    "offsets_replication_factor": (1, MAX_BROKERS),
+    "min_insync_replicas": (1, MAX_BROKERS),
+    "retention_check_ms": (1, MAX_DURATION_MS),
+    "share_state_load_wait_ms": (1, MAX_DURATION_MS),
+    "high_watermark_checkpoint_ms": (1, MAX_DURATION_MS),
+    "cleaner_backoff_ms": (1, MAX_DURATION_MS),
+    "session_timeout_ms": (1, MAX_DURATION_MS),
+    "replica_lag_time_max_ms": (1, MAX_DURATION_MS),
+    "replica_fetch_wait_max_ms": (0, MAX_DURATION_MS),
+    "replica_fetch_max_bytes": (1, I32_MAX),
+    "replication_catchup_bytes_per_s": (1, MAX_LOG_BYTES),
+    "scrub_bytes_per_sec": (0, MAX_LOG_BYTES),
+    "scrub_interval_ms": (1, MAX_DURATION_MS),
+    "malloc_trim_bytes": (0, MAX_LOG_BYTES),
+    # connections (issue 18)
+    "max_pending_request_bytes": (1, I32_MAX),
+    "max_queued_response_bytes": (1, I32_MAX),
+    "queued_max_bytes": (1, MAX_LOG_BYTES),
+    "max_connections": (1, 1 << 24),
+    "max_connections_per_ip": (1, 1 << 24),
+    "connections_max_idle_ms": (1, MAX_DURATION_MS),
+    "unfinished_frame_timeout_ms": (1, MAX_DURATION_MS),
+    "response_stall_timeout_ms": (1, MAX_DURATION_MS),
+    "close_linger_ms": (1, MAX_DURATION_MS),
+    # files
+    "max_open_files": (1, 1 << 24),
+    "fd_reserve": (0, 1 << 24),
+    "max_segment_maps": (1, I32_MAX),
+    "map_reserve": (0, I32_MAX),
+    "max_partitions": (0, I32_MAX),
+    # state
+    "group_max_size": (1, I32_MAX),
+    "group_max_topics_per_member": (1, I32_MAX),
+    "max_groups": (1, I32_MAX),
+    "max_group_subscriptions": (1, I32_MAX),
+    "max_share_sessions": (1, I32_MAX),
+    "max_share_groups_per_partition": (1, I32_MAX),
+    "share_session_idle_ms": (1, MAX_DURATION_MS),
+    "share_fence_entries": (1, I32_MAX),
+    "producer_id_expiration_ms": (1, MAX_DURATION_MS),
+    "producer_id_expiration_check_ms": (1, MAX_DURATION_MS),
+    "max_producer_ids_per_partition": (1, I32_MAX),
+}
+"""The range of every integer broker setting (inclusive); an integer setting not
+listed is still checked to be an integer. Times use the topic configs' ceiling
+(:data:`~mq.storage.config.MAX_DURATION_MS`), frame and fetch sizes int32 (Kafka's)."""
+
+
+def _check_values(config: BrokerConfig) -> None:
+    """INVALID_CONFIG naming the setting for a value of the wrong type (a string where
+    the file should have a number, a bool for an int) or outside its range."""
+    for spec in fields(config):
+        value = getattr(config, spec.name)
+        kind = str(spec.type)
+        if kind == "int":
+            low, high = INT_RANGES.get(spec.name, (I64_MIN, I64_MAX))
+            parse_int(spec.name, value, low, high)
+            if not isinstance(value, int):  # "12" in a TOML file: a string, not a number
+                raise InvalidConfigError(f"{spec.name} must be a number, got {value!r}")
+        elif kind == "bool" and not isinstance(value, bool):
+            raise InvalidConfigError(f"{spec.name} must be true or false, got {value!r}")
+        elif kind in ("str", "str | None") and not isinstance(value, (str, type(None))):
+            raise InvalidConfigError(f"{spec.name} must be a string, got {value!r}")

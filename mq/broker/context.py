@@ -28,6 +28,9 @@ class RequestContext:
     peer: str
     client_id: str | None = None
     principal: str = ANONYMOUS
+    broker_id: int | None = None
+    """Set when the connection proved it is a broker of this cluster
+    (``broker_hello``, :mod:`mq.broker.gate`): the broker-only APIs are served to it."""
     closing: bool = field(default=False)
     """Set when the connection closes: long polls stop waiting."""
 
@@ -36,6 +39,39 @@ def set_error(result: Any, exc: MQError) -> None:
     """Put an error on a per-topic or per-partition result (all have these two keys)."""
     result["error"] = exc.code
     result["message"] = exc.message
+
+
+def duplicate_partitions(topics: Iterable[Mapping[str, Any]]) -> set[tuple[str, int]]:
+    """The (topic, partition) pairs a request names more than once, in one pass.
+
+    Per-partition requests refuse such entries (INVALID_REQUEST), as Kafka refuses
+    duplicate topics in CreateTopics and AlterConfigs: with both entries refused the
+    client cannot wonder which of two batches was appended, and no handler does the
+    same work twice.
+    """
+    seen: set[tuple[str, int]] = set()
+    repeated: set[tuple[str, int]] = set()
+    for topic in topics:
+        name = topic["name"]
+        for part in topic["partitions"]:
+            key = (name, part["partition"])
+            if key in seen:
+                repeated.add(key)
+            else:
+                seen.add(key)
+    return repeated
+
+
+def duplicate_names(names: Iterable[str]) -> set[str]:
+    """The names a list holds more than once, in one pass (see :func:`duplicate_partitions`)."""
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for name in names:
+        if name in seen:
+            repeated.add(name)
+        else:
+            seen.add(name)
+    return repeated
 
 
 def by_topic(

@@ -16,8 +16,9 @@ from mq.broker.catalog import (
     split_topic_configs,
     topic_log_config,
 )
-from mq.broker.context import RequestContext, set_error
+from mq.broker.context import RequestContext, duplicate_names, duplicate_partitions, set_error
 from mq.errors import (
+    InvalidRequestError,
     InvalidTopicError,
     LeaderNotAvailableError,
     MQError,
@@ -70,9 +71,9 @@ async def api_versions(
 async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -> MetadataResponse:
     """Brokers, controller, and per partition leader, replicas and ISR, from the view."""
     view = broker.view
-    names = body["topics"]
-    if names is None:
-        names = sorted(view.topics)
+    # a name asked twice is answered once, as Kafka's metadata request is a set
+    asked = body["topics"]
+    names = sorted(view.topics) if asked is None else list(dict.fromkeys(asked))
     topics: list[MetadataTopic] = []
     for name in names:
         try:
@@ -118,12 +119,23 @@ async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -
     }
 
 
+def _repeated(name: str, api: str) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"topic {name!r} appears more than once in the {api} request: none of its entries "
+        "was applied"
+    )
+
+
 async def create_topics(
     broker: Broker, ctx: RequestContext, body: CreateTopicsRequest
 ) -> CreateTopicsResponse:
+    """Create each topic; a name given twice is refused (INVALID_REQUEST), as in Kafka."""
     response: CreateTopicsResponse = {"topics": []}
+    repeated = duplicate_names(t["name"] for t in body["topics"])
     for topic in body["topics"]:
         try:
+            if topic["name"] in repeated:
+                raise _repeated(topic["name"], "create_topics")
             info = await broker.create_topic(
                 topic["name"],
                 topic["partitions"],
@@ -154,9 +166,13 @@ async def create_topics(
 async def delete_topics(
     broker: Broker, ctx: RequestContext, body: DeleteTopicsRequest
 ) -> DeleteTopicsResponse:
+    """Delete each topic; a name given twice is refused (INVALID_REQUEST)."""
     response: DeleteTopicsResponse = {"topics": []}
+    repeated = duplicate_names(body["topics"])
     for name in body["topics"]:
         try:
+            if name in repeated:
+                raise _repeated(name, "delete_topics")
             await broker.delete_topic(name)
         except MQError as exc:
             response["topics"].append(_failed(name, exc))  # type: ignore[arg-type]
@@ -170,7 +186,13 @@ async def describe_configs(
 ) -> DescribeConfigsResponse:
     """Every topic setting with its effective value, marking those left at the default."""
     response: DescribeConfigsResponse = {"topics": []}
+    repeated = duplicate_names(t["name"] for t in body["topics"])
     for topic in body["topics"]:
+        if topic["name"] in repeated:
+            response["topics"].append(
+                _failed(topic["name"], _repeated(topic["name"], "describe_configs"))  # type: ignore[arg-type]
+            )
+            continue
         info = await broker.catch_up_on(topic["name"])
         if info is None:
             exc = UnknownTopicOrPartitionError(f"topic {topic['name']!r} does not exist")
@@ -180,8 +202,9 @@ async def describe_configs(
         effective = topic_log_config(broker.config.log, log_configs)
         entries: list[ConfigEntry] = []
         queue = is_queue(info.configs)
+        wanted = None if topic["keys"] is None else frozenset(topic["keys"])
         for key in sorted(TOPIC_CONFIG_KEYS):
-            if topic["keys"] is not None and key not in topic["keys"]:
+            if wanted is not None and key not in wanted:
                 continue
             if key in QUEUE_DEFAULTS and not queue and topic["keys"] is None:
                 continue  # a plain topic: its queue settings would only confuse
@@ -216,16 +239,27 @@ async def describe_configs(
 async def alter_configs(
     broker: Broker, ctx: RequestContext, body: AlterConfigsRequest
 ) -> AlterConfigsResponse:
+    """Validate every topic's changes, then write all the valid ones in one store
+    transaction (:meth:`~mq.broker.broker.Broker.alter_topics_configs`): a request
+    naming many topics costs one metadata write, not one per topic. A topic named
+    twice is refused (INVALID_REQUEST), as Kafka refuses duplicate resources."""
+    repeated = duplicate_names(t["name"] for t in body["topics"])
+    errors: dict[str, MQError] = {}
+    changes: dict[str, dict[str, str | None]] = {}
+    for topic in body["topics"]:
+        name = topic["name"]
+        if name in repeated:
+            errors[name] = _repeated(name, "alter_configs")
+        else:
+            changes[name] = topic["configs"]
+    errors.update(await broker.alter_topics_configs(changes, validate_only=body["validate_only"]))
     response: AlterConfigsResponse = {"topics": []}
     for topic in body["topics"]:
-        try:
-            await broker.alter_topic_configs(
-                topic["name"], topic["configs"], validate_only=body["validate_only"]
-            )
-        except MQError as exc:
-            response["topics"].append(_failed(topic["name"], exc))  # type: ignore[arg-type]
-            continue
-        response["topics"].append({"name": topic["name"], "error": 0, "message": None})
+        failure = errors.get(topic["name"])
+        if failure is not None:
+            response["topics"].append(_failed(topic["name"], failure))  # type: ignore[arg-type]
+        else:
+            response["topics"].append({"name": topic["name"], "error": 0, "message": None})
     return response
 
 
@@ -234,6 +268,7 @@ async def delete_records(
 ) -> DeleteRecordsResponse:
     """Move log start offsets forward (offset -1: to the high watermark)."""
     response: DeleteRecordsResponse = {"topics": []}
+    repeated = duplicate_partitions(body["topics"])
     for topic in body["topics"]:
         results: list[Any] = []
         response["topics"].append({"name": topic["name"], "partitions": results})
@@ -241,6 +276,11 @@ async def delete_records(
             result: dict[str, Any] = {"partition": part["partition"], "error": 0, "message": None}
             results.append(result)
             try:
+                if repeated and (topic["name"], part["partition"]) in repeated:
+                    raise InvalidRequestError(
+                        f"partition {topic['name']}-{part['partition']} appears more than once "
+                        "in the delete_records request"
+                    )
                 info = broker.topic(topic["name"])
                 if info is not None and info.internal:
                     raise InvalidTopicError(

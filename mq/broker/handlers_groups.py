@@ -9,7 +9,12 @@ from mq.broker.catalog import OFFSETS_TOPIC
 from mq.broker.context import RequestContext, set_error
 from mq.broker.coordinator import GroupCoordinator
 from mq.broker.offsets import MAX_METADATA_BYTES, CommittedOffset
-from mq.errors import CoordinatorNotAvailableError, MQError, OffsetMetadataTooLargeError
+from mq.errors import (
+    CoordinatorNotAvailableError,
+    MQError,
+    OffsetMetadataTooLargeError,
+    UnknownTopicOrPartitionError,
+)
 from mq.groups.assignors import TopicPartition, from_wire, to_wire
 from mq.wire.apis_groups import (
     DescribedGroup,
@@ -109,12 +114,24 @@ async def offset_commit(
     response: OffsetCommitResponse = {"topics": []}
     offsets: dict[TopicPartition, CommittedOffset] = {}
     results: list[PartitionResult] = []
+    known: dict[str, int] = {}  # topic → partitions (0: no such topic), one look-up each
     for topic in body["topics"]:
         topic_results: list[PartitionResult] = []
         response["topics"].append({"name": topic["name"], "partitions": topic_results})
+        if topic["name"] not in known:
+            info = await broker.catch_up_on(topic["name"])
+            known[topic["name"]] = 0 if info is None else info.partitions
         for part in topic["partitions"]:
             result: PartitionResult = {"partition": part["partition"], "error": 0, "message": None}
             topic_results.append(result)
+            if not 0 <= part["partition"] < known[topic["name"]]:  # as Kafka: no offsets
+                set_error(  # for what does not exist
+                    result,
+                    UnknownTopicOrPartitionError(
+                        f"{topic['name']}-{part['partition']} does not exist"
+                    ),
+                )
+                continue
             metadata = part["metadata"]
             if metadata is not None and len(metadata.encode()) > MAX_METADATA_BYTES:
                 error = OffsetMetadataTooLargeError(f"metadata over {MAX_METADATA_BYTES} bytes")
@@ -169,7 +186,7 @@ async def describe_groups(
     """Members with what they own, and per partition the committed offset and high watermark."""
     coordinator = _coordinator(broker)
     response: DescribeGroupsResponse = {"groups": []}
-    for group_id in body["groups"]:
+    for group_id in dict.fromkeys(body["groups"]):  # a group asked twice is described once
         try:
             coordinator.offsets.require(group_id)
         except MQError as exc:

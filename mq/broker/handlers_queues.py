@@ -118,11 +118,16 @@ async def queue_receive(
 
 
 async def queue_ack(broker: Broker, ctx: RequestContext, body: AckRequest) -> AckResponse:
-    """Settle receipts: each is applied or reported in ``failed`` (a stale receipt)."""
+    """Settle receipts: each is applied or reported in ``failed`` (a stale receipt).
+
+    Work per request, not per entry, wherever entries name one partition: its session
+    is looked up and made ready once, acted on once, and waited on to be durable once.
+    """
     manager = _manager(broker)
     group = body["group"]
     topics: list[dict[str, Any]] = []
-    touched: list[tuple[Session, dict[str, Any]]] = []
+    found: dict[tuple[str, int], Session] = {}
+    touched: dict[int, tuple[Session, list[dict[str, Any]]]] = {}
     for topic in body["topics"]:
         results: list[dict[str, Any]] = []
         topics.append({"name": topic["name"], "settlements": results})
@@ -135,20 +140,26 @@ async def queue_ack(broker: Broker, ctx: RequestContext, body: AckRequest) -> Ac
                 "never_delivered": [],
             }
             results.append(result)
+            key = (topic["name"], settlement["partition"])
             try:
-                session = await manager.session(group, topic["name"], settlement["partition"])
-                await manager.ready(session)
+                session = found.get(key)
+                if session is None or session.closed:
+                    session = await manager.session(group, *key)
+                    await manager.ready(session)
+                    found[key] = session
                 result["failed"], result["never_delivered"] = _settle(session, settlement)
             except MQError as exc:
                 set_error(result, exc)
                 continue
-            manager.after_change(session)
-            touched.append((session, result))
-    for session, result in touched:
+            touched.setdefault(id(session), (session, []))[1].append(result)
+    for session, _ in touched.values():
+        manager.after_change(session)
+    for session, settled in touched.values():
         try:
             await manager.durable(session)
         except MQError as exc:
-            set_error(result, exc)
+            for result in settled:
+                set_error(result, exc)
     return cast(AckResponse, {"topics": topics})
 
 
@@ -184,7 +195,7 @@ async def describe_queue(
 ) -> DescribeQueueResponse:
     manager = _manager(broker)
     partitions: list[dict[str, Any]] = []
-    for index in body["partitions"]:
+    for index in dict.fromkeys(body["partitions"]):  # a partition asked twice: answered once
         result: dict[str, Any] = {"partition": index, "error": 0, "message": None}
         partitions.append(result)
         try:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from mq.client.connection import Connection
 from mq.errors import LeaderNotAvailableError, NetworkError, NotControllerError
+from mq.replication.hello import open_broker_connection
 from mq.wire.registry import Api
 
 if TYPE_CHECKING:
@@ -74,7 +75,9 @@ class Peers:
         found = self._connections.get(address)
         if found is not None and not found.closed:
             return found
-        connection = await Connection.open(*address, client_id=f"mq-broker-{self._broker.node_id}")
+        connection = await open_broker_connection(
+            *address, self._broker.credentials, client_id=f"mq-broker-{self._broker.node_id}"
+        )
         self._connections[address] = connection
         return connection
 

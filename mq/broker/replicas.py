@@ -150,6 +150,7 @@ class ReplicaManager:
                     self._address_of,
                     max_wait_ms=config.replica_fetch_wait_max_ms,
                     max_bytes=config.replica_fetch_max_bytes,
+                    credentials=self._broker.credentials,
                 )
                 self.fetchers[leader] = fetcher
             fetcher.add(partition)

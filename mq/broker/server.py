@@ -17,6 +17,7 @@ import logging
 from typing import Any
 
 from mq.broker import (
+    gate,
     handlers_admin,
     handlers_cluster,
     handlers_data,
@@ -85,6 +86,7 @@ HANDLERS: dict[int, Handler] = {
     apis_data.INIT_PRODUCER_ID.key: handlers_data.init_producer_id,
     apis_replication.REPLICA_FETCH.key: handlers_replication.replica_fetch,
     apis_replication.INTERNAL_APPEND.key: handlers_replication.internal_append,
+    apis_replication.BROKER_HELLO.key: gate.broker_hello,
     apis_cluster.ELECT_LEADERS.key: on_controller(
         apis_cluster.ELECT_LEADERS, handlers_cluster.elect_leaders
     ),
@@ -147,6 +149,7 @@ class Server:
         handler = self.handlers.get(request.api.key)
         if handler is None:
             raise UnsupportedVersionError(f"{request.api.name} is not served by this broker yet")
+        gate.admit(ctx, request)  # authorization: before any handler runs
         return handler
 
     async def start(self) -> tuple[str, int]:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mq.errors import InvalidConfigError
+from mq.config_values import parse_int
+from mq.errors import InvalidConfigError, InvalidTopicError
 from mq.queues.share_partition import MAX_DELAY_MS, MAX_VISIBILITY_MS, ShareConfig
+from mq.wire.limits import validate_topic_name
 
 VISIBILITY = "queue.visibility.timeout.ms"
 MAX_DELIVERIES = "queue.max.deliveries"
@@ -28,6 +30,9 @@ DEFAULTS = {
 dead-lettered (or dropped, without a dead-letter queue)."""
 QUEUE_CONFIG_KEYS = frozenset(DEFAULTS)
 MAX_DELIVERIES_LIMIT = 1000
+INTERNAL_TOPIC_NAMES = frozenset({"__consumer_offsets", "__share_state"})
+"""The brokers' internal topics (``mq.broker.catalog.INTERNAL_TOPICS``, which a test
+keeps equal to this): never a dead-letter queue, whose records a client writes."""
 
 
 def is_queue(configs: Mapping[str, str]) -> bool:
@@ -44,6 +49,16 @@ def share_config(configs: Mapping[str, str]) -> ShareConfig:
     fifo = values[FIFO]
     if fifo not in ("true", "false"):
         raise InvalidConfigError(f"{FIFO} must be true or false, got {fifo!r}")
+    target = values[DEAD_LETTER_QUEUE]
+    if target:
+        try:
+            validate_topic_name(target)
+        except InvalidTopicError as exc:
+            raise InvalidConfigError(f"{DEAD_LETTER_QUEUE}: {exc.message}") from None
+        if target in INTERNAL_TOPIC_NAMES:
+            raise InvalidConfigError(
+                f"{DEAD_LETTER_QUEUE} cannot be the internal topic {target}: it is the brokers'"
+            )
     return ShareConfig(
         visibility_ms=_int(values, VISIBILITY, 1, MAX_VISIBILITY_MS),
         max_deliveries=_int(values, MAX_DELIVERIES, 1, MAX_DELIVERIES_LIMIT),
@@ -54,7 +69,4 @@ def share_config(configs: Mapping[str, str]) -> ShareConfig:
 
 
 def _int(values: Mapping[str, str], key: str, low: int, high: int) -> int:
-    value = values[key]
-    if not value.isdigit() or not low <= int(value) <= high:
-        raise InvalidConfigError(f"{key} must be an integer from {low} to {high}, got {value!r}")
-    return int(value)
+    return parse_int(key, values[key], low, high)

@@ -175,6 +175,7 @@ def validate_produced(
     max_batch_bytes: int,
     now_ms: int | None = None,
     max_timestamp_skew_ms: int | None = None,
+    max_future_ms: int | None = None,
 ) -> list[BatchHeader]:
     """Check a producer's batches (one or more laid back to back) before an append.
 
@@ -182,7 +183,8 @@ def validate_produced(
     recordsCount`` (a producer numbers its records densely from 0), no control
     batches or cleaner flags from clients, a known codec, a size limit, and
     sane timestamps (``-1`` or at least 0, ``maxTimestamp >= baseTimestamp``,
-    within ``max_timestamp_skew_ms`` of ``now_ms`` when both are given).
+    within ``max_timestamp_skew_ms`` of ``now_ms`` when both are given, and not
+    more than ``max_future_ms`` after it).
     Per-batch work only: the records are checked next, by
     :func:`mq.records.records.validate_produced_records` (a batch whose CRC
     holds over unparseable records would otherwise be stored and fail at every
@@ -213,6 +215,15 @@ def validate_produced(
         if header.attributes & DELETE_HORIZON_BIT:
             raise InvalidRecordError("the delete-horizon flag is the log cleaner's, not a client's")
         _check_timestamps(header, now_ms, max_timestamp_skew_ms)
+        if (
+            now_ms is not None
+            and max_future_ms is not None
+            and header.max_timestamp > now_ms + max_future_ms
+        ):
+            raise InvalidTimestampError(
+                f"timestamp {header.max_timestamp} is more than {max_future_ms} ms after "
+                f"the broker's clock ({now_ms}): message.timestamp.after.max.ms"
+            )
         headers.append(header)
         pos += header.size
     return headers

@@ -326,15 +326,59 @@ async def update_topic_configs(
     meanwhile; raises UnknownTopicOrPartitionError if the topic does not
     exist, NotControllerError if ``controller`` was fenced off.
     """
-    key = topic_key(name)
-    for _ in range(10):  # only the controller writes it: a second attempt is already rare
-        entry = await store.get(key)
-        if entry is None:
-            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-        topic = dataclasses.replace(_unpack_topic(name, entry.value), configs=dict(configs))
-        guards = [fence(controller), Compare(key, entry.mod_revision)]
-        revision = await store.commit(guards, [Put(key, _pack_topic(topic))])
-        if revision is not None:
-            return revision
-        await _refused(store, controller)
-    raise UnknownTopicOrPartitionError(f"topic {name!r} keeps changing under the controller")
+    revision, failures = await update_topics_configs(store, controller, {name: configs})
+    if name in failures:
+        raise failures[name]
+    return revision
+
+
+TXN_MAX_TOPICS = 100
+"""Topics whose configs one store transaction replaces: etcd refuses a transaction of
+more than ``--max-txn-ops`` operations (128 by default); each topic is one compare and
+one put, plus the controller's fence. A request naming more topics takes one
+transaction per this many (still one write per request for the embedded store's
+usual sizes, and never one per topic)."""
+TXN_ATTEMPTS = 10
+"""Compare-and-swap attempts of one transaction: only the controller writes topic
+records, so a second attempt is already rare."""
+
+
+async def update_topics_configs(
+    store: MetadataStore, controller: Controller, configs: Mapping[str, Mapping[str, str]]
+) -> tuple[int, dict[str, UnknownTopicOrPartitionError]]:
+    """Replace the configs of every topic in ``configs`` (validated by the caller) with
+    one transaction per :data:`TXN_MAX_TOPICS` topics; the last revision written (0:
+    none), and the topics that do not exist (or kept changing) with their errors.
+    NotControllerError if ``controller`` was fenced off."""
+    failures: dict[str, UnknownTopicOrPartitionError] = {}
+    revision = 0
+    names = list(configs)
+    for start in range(0, len(names), TXN_MAX_TOPICS):
+        chunk = names[start : start + TXN_MAX_TOPICS]
+        for _ in range(TXN_ATTEMPTS):
+            guards = [fence(controller)]
+            ops: list[Operation] = []
+            for name in chunk:
+                entry = await store.get(topic_key(name))
+                if entry is None:
+                    failures[name] = UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+                    continue
+                topic = dataclasses.replace(
+                    _unpack_topic(name, entry.value), configs=dict(configs[name])
+                )
+                guards.append(Compare(entry.key, entry.mod_revision))
+                ops.append(Put(entry.key, _pack_topic(topic)))
+            if not ops:
+                break
+            written = await store.commit(guards, ops)
+            if written is not None:
+                revision = written
+                break
+            await _refused(store, controller)
+            chunk = [name for name in chunk if name not in failures]
+        else:
+            for name in chunk:
+                failures[name] = UnknownTopicOrPartitionError(
+                    f"topic {name!r} keeps changing under the controller"
+                )
+    return revision, failures

@@ -310,6 +310,16 @@ class ControllerSeat:
             self._store, self._require_controller(), name, configs
         )
 
+    async def alter_topics_configs(
+        self, configs: Mapping[str, Mapping[str, str]]
+    ) -> dict[str, UnknownTopicOrPartitionError]:
+        """Replace several topics' configs together (one store transaction per
+        :data:`~mq.replication.cluster_state.TXN_MAX_TOPICS`); the topics that failed."""
+        _, failures = await cluster_state.update_topics_configs(
+            self._store, self._require_controller(), configs
+        )
+        return failures
+
     # -- reassignment and preferred leaders (on the controller) -----------------------
 
     async def reassign_partitions(

@@ -32,11 +32,13 @@ from typing import Any, Protocol
 
 from mq.client.connection import Connection
 from mq.errors import (
+    ClusterAuthorizationFailedError,
     MQError,
     OffsetOutOfRangeError,
     StorageError,
     error_for_code,
 )
+from mq.replication.hello import BrokerCredentials, open_broker_connection
 from mq.storage.log import AppendInfo, Log
 from mq.wire.apis_replication import (
     NO_EPOCH,
@@ -81,8 +83,10 @@ class ReplicaFetcher:
         *,
         max_wait_ms: int,
         max_bytes: int,
+        credentials: BrokerCredentials,
     ) -> None:
         self.node_id = node_id
+        self._credentials = credentials
         self.leader_id = leader_id
         self._resolve = resolve
         self._max_wait_ms = max_wait_ms
@@ -155,7 +159,9 @@ class ReplicaFetcher:
                 )
                 backoff = BACKOFF_S
             except Exception as exc:  # MQError, or a bug: either way the fetcher goes on
-                if isinstance(exc, MQError):
+                if isinstance(exc, ClusterAuthorizationFailedError):  # a misconfigured secret
+                    log.warning("node %d fetching from %d: %s", self.node_id, self.leader_id, exc)
+                elif isinstance(exc, MQError):
                     log.info("node %d fetching from %d: %s", self.node_id, self.leader_id, exc)
                 else:
                     log.exception("node %d fetching from %d", self.node_id, self.leader_id)
@@ -217,8 +223,8 @@ class ReplicaFetcher:
         if self._connection is not None and (self._connection.closed or address != self._address):
             self._close()
         if self._connection is None:
-            self._connection = await Connection.open(
-                *address, client_id=f"mq-replica-{self.node_id}"
+            self._connection = await open_broker_connection(
+                *address, self._credentials, client_id=f"mq-replica-{self.node_id}"
             )
             self._address = address
         return self._connection

@@ -3,9 +3,12 @@
 The single-node default (``mq serve`` with no ``--metadata``) keeps its
 metadata here, behind the same :class:`~mq.replication.store.MetadataStore`
 interface as etcd, so the broker has one code path. Entries are in memory and,
-with a ``path``, written to a JSON file (atomically, synced) after every
-commit; keys under a lease are not written, since a lease does not outlive its
-process. Recent changes are kept in memory for watches; a watch from before
+with a ``path``, written to a JSON file (atomically, synced) before a
+commit returns; keys under a lease are not written, since a lease does not
+outlive its process. The file is encoded and written in a worker thread, never
+on the event loop, one write at a time; commits made while a write is under way
+share the next one (group commit), so a burst of commits costs two writes, not
+one per commit. Recent changes are kept in memory for watches; a watch from before
 them (or from before a restart) raises :class:`CompactedError`.
 
 Leases kept alive never expire while the store is open; one granted with
@@ -63,11 +66,17 @@ class LocalStore(MetadataStore):
         self._lease_ids = itertools.count(int(time.time() * 1000) << 16)
         self._expiry: asyncio.Task[None] | None = None
         self._open = False
+        self._saved = 0
+        """The revision the file holds."""
+        self._saving: asyncio.Task[None] | None = None
+        """The write in a worker thread under way, if any."""
+        self.writes = 0
+        """Files written since start (what tests count: one per request, not per entry)."""
 
     async def start(self) -> None:
         if self._path is not None and self._path.exists():
             self._load(self._path)
-        self._compacted = self._revision
+        self._compacted = self._saved = self._revision
         self._open = True
         self._expiry = asyncio.get_running_loop().create_task(self._expire_loop())
 
@@ -90,6 +99,8 @@ class LocalStore(MetadataStore):
 
     async def close(self) -> None:
         self._open = False
+        if self._saving is not None:  # what was committed is on disk before close returns
+            await asyncio.gather(asyncio.shield(self._saving), return_exceptions=True)
         if self._expiry is not None:
             self._expiry.cancel()
             self._expiry = None
@@ -116,7 +127,9 @@ class LocalStore(MetadataStore):
         for op in operations:
             if isinstance(op, Put) and op.lease and op.lease not in self._leases:
                 raise MetadataStoreError(f"lease {op.lease} does not exist")
-        return self._apply(operations)
+        revision = self._apply(operations)
+        await self._persist(revision)
+        return revision
 
     def _apply(self, operations: list[Operation]) -> int:
         self._revision += 1
@@ -130,24 +143,50 @@ class LocalStore(MetadataStore):
             elif old is not None:
                 del self._entries[op.key]
                 self._publish(WatchEvent(EventKind.DELETE, op.key, b"", revision))
-        self._save()  # every revision, so that revisions never go back after a restart
         return revision
 
-    def _save(self) -> None:
-        if self._path is None:
+    async def _persist(self, revision: int) -> None:
+        """Return once the file holds ``revision`` (or a later one): every revision is
+        saved, so that revisions never go back after a restart.
+
+        One write at a time, of the newest state, in a worker thread; a commit
+        arriving during a write waits for it, then for the next, which carries its
+        change and every other made meanwhile."""
+        path = self._path
+        if path is None:
             return
-        entries = [
+        while self._saved < revision:
+            if self._saving is None:
+                # the entries are immutable: a copy of the list is the snapshot, and
+                # the encoding (linear in the metadata) happens in the thread too
+                snapshot = (self._revision, list(self._entries.values()))
+                self._saving = asyncio.get_running_loop().create_task(self._write(path, snapshot))
+            await asyncio.shield(self._saving)
+
+    async def _write(self, path: Path, snapshot: tuple[int, list[Entry]]) -> None:
+        try:
+            await asyncio.to_thread(self._write_file, path, *snapshot)
+            self._saved = max(self._saved, snapshot[0])
+            self.writes += 1
+        except OSError as exc:
+            raise MetadataStoreError(f"{path}: cannot write the metadata: {exc}") from exc
+        finally:
+            self._saving = None
+
+    def _write_file(self, path: Path, revision: int, entries: list[Entry]) -> None:
+        """Encode and write the file (in a worker thread: touches nothing shared)."""
+        saved = [
             {
                 "key": e.key,
                 "value": base64.b64encode(e.value).decode(),
                 "mod_revision": e.mod_revision,
                 "create_revision": e.create_revision,
             }
-            for e in self._entries.values()
+            for e in entries
             if not e.lease
         ]
-        body = {"version": FORMAT_VERSION, "revision": self._revision, "entries": entries}
-        self._io.write_file_atomic(self._path, json.dumps(body).encode())
+        body = {"version": FORMAT_VERSION, "revision": revision, "entries": saved}
+        self._io.write_file_atomic(path, json.dumps(body).encode())
 
     def _publish(self, event: WatchEvent) -> None:
         if len(self._history) == self._history.maxlen:
@@ -170,15 +209,15 @@ class LocalStore(MetadataStore):
 
     async def revoke_lease(self, lease: Lease) -> None:
         self._check_open()
-        self._end_lease(lease.id)
+        await self._end_lease(lease.id)
 
-    def _end_lease(self, lease_id: int) -> None:
+    async def _end_lease(self, lease_id: int) -> None:
         self._leases.pop(lease_id, None)
         doomed: list[Operation] = [
             Delete(k) for k, e in self._entries.items() if e.lease == lease_id
         ]
         if doomed:
-            self._apply(doomed)
+            await self._persist(self._apply(doomed))
 
     async def _expire_loop(self) -> None:
         while True:
@@ -186,8 +225,11 @@ class LocalStore(MetadataStore):
             now = time.monotonic()
             for lease, deadline in list(self._leases.values()):
                 if deadline is not None and now >= deadline:
-                    self._end_lease(lease.id)
                     lease.lost.set()
+                    try:
+                        await self._end_lease(lease.id)
+                    except MetadataStoreError:  # the next commit writes the file again
+                        continue
 
     # -- watches ------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ import enum
 from dataclasses import dataclass, replace
 from typing import Any
 
+from mq.config_values import parse_int, parse_ratio
 from mq.errors import InvalidConfigError
 
 KiB = 1024
@@ -50,6 +51,36 @@ data compresses 2-10x, highly repetitive data more; past this a batch is a
 decompression bomb, refused before more memory is spent on it."""
 UNLIMITED_AS_MINUS_ONE = frozenset({"retention_ms", "retention_bytes"})
 """Settings where, as in Kafka, ``-1`` means no limit (held as None; described as -1)."""
+MAX_DURATION_MS = 1_000 * 365 * DAY_MS
+"""Longest time setting (1,000 years, about 3.2e13 ms): past it a time is "never" in
+all but name, and a millisecond timestamp plus it stays far inside int64, where
+2^63 overflows every deadline computed from it."""
+MAX_LOG_BYTES = 1 << 60
+"""Largest size setting of a whole log (``retention.bytes``): an exbibyte."""
+MAX_DECOMPRESSION_FACTOR_LIMIT = 1_024
+"""Largest ``max.decompression.factor``: 1 GiB of records from a 1 MiB batch."""
+TIMESTAMP_AFTER_MAX_MS = 3_600_000
+"""Default ``message.timestamp.after.max.ms``: a produced batch may carry timestamps
+at most an hour ahead of the broker's clock (Kafka's KIP-937 setting; Kafka 3.6 kept
+Long.MAX by default, mq takes the bound that clock skew alone never reaches).
+Time-based retention and lookups by time rely on timestamps being near the truth:
+a record a thousand years ahead keeps its segment from ever expiring."""
+
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "segment_bytes": (MIN_SEGMENT_BYTES, MAX_SEGMENT_BYTES),
+    "segment_ms": (1, MAX_DURATION_MS),
+    "retention_ms": (1, MAX_DURATION_MS),
+    "retention_bytes": (1, MAX_LOG_BYTES),
+    "index_interval_bytes": (1, MAX_SEGMENT_BYTES),
+    "flush_ms": (1, MAX_DURATION_MS),
+    "max_message_bytes": (1, MAX_SEGMENT_BYTES),
+    "max_decompression_factor": (1, MAX_DECOMPRESSION_FACTOR_LIMIT),
+    "min_compaction_lag_ms": (0, MAX_DURATION_MS),
+    "delete_retention_ms": (0, MAX_DURATION_MS),
+    "message_timestamp_after_max_ms": (0, MAX_DURATION_MS),
+}
+"""The range of every integer log setting (field name: inclusive bounds); the
+``UNLIMITED_AS_MINUS_ONE`` ones also take -1."""
 
 
 CLEANUP_POLICIES = {
@@ -95,39 +126,23 @@ class LogConfig:
     """A record stays uncompacted for at least this long (by its segment's newest timestamp)."""
     delete_retention_ms: int = DAY_MS
     """How long a compacted tombstone (null value) stays readable before it goes."""
+    message_timestamp_after_max_ms: int = TIMESTAMP_AFTER_MAX_MS
+    """How far ahead of the broker's clock a produced batch's timestamps may be (Kafka's
+    ``message.timestamp.after.max.ms``; see :data:`TIMESTAMP_AFTER_MAX_MS`)."""
 
     def __post_init__(self) -> None:
-        if not MIN_SEGMENT_BYTES <= self.segment_bytes <= MAX_SEGMENT_BYTES:
-            raise InvalidConfigError(
-                f"segment.bytes must be in [{MIN_SEGMENT_BYTES}, {MAX_SEGMENT_BYTES}], "
-                f"got {self.segment_bytes}"
-            )
+        for name, (low, high) in INT_RANGES.items():
+            value = getattr(self, name)
+            if value is not None or name not in UNLIMITED_AS_MINUS_ONE:
+                parse_int(name.replace("_", "."), value, low, high)
         if self.max_message_bytes > self.segment_bytes:
             raise InvalidConfigError("max.message.bytes cannot exceed segment.bytes")
-        for name in (
-            "segment_ms",
-            "flush_ms",
-            "index_interval_bytes",
-            "max_message_bytes",
-            "max_decompression_factor",
-        ):
-            if getattr(self, name) <= 0:
-                raise InvalidConfigError(f"{name.replace('_', '.')} must be positive")
-        if self.retention_ms is not None and self.retention_ms <= 0:
-            raise InvalidConfigError("retention.ms must be positive (or unset to keep forever)")
-        if self.retention_bytes is not None and self.retention_bytes <= 0:
-            raise InvalidConfigError("retention.bytes must be positive (or unset for no cap)")
         if self.cleanup_policy not in CLEANUP_POLICIES:
             raise InvalidConfigError(
                 f"cleanup.policy must be delete, compact or compact,delete, "
                 f"not {self.cleanup_policy!r}"
             )
-        if not 0 <= self.min_cleanable_dirty_ratio <= 1:
-            raise InvalidConfigError("min.cleanable.dirty.ratio must be in [0, 1]")
-        if self.min_compaction_lag_ms < 0 or self.delete_retention_ms < 0:
-            raise InvalidConfigError(
-                "min.compaction.lag.ms and delete.retention.ms must not be negative"
-            )
+        parse_ratio("min.cleanable.dirty.ratio", self.min_cleanable_dirty_ratio)
 
     @property
     def max_decompressed_bytes(self) -> int:
@@ -160,16 +175,12 @@ class LogConfig:
             elif field == "cleanup_policy":
                 value = str(value).replace(" ", "")
             elif field == "min_cleanable_dirty_ratio":
-                try:
-                    value = float(value)
-                except (TypeError, ValueError):
-                    raise InvalidConfigError(f"{key} must be a number, got {value!r}") from None
+                value = parse_ratio(key, value)
             elif value is not None:
-                try:
-                    value = int(value)
-                except (TypeError, ValueError):
-                    raise InvalidConfigError(f"{key} must be an integer, got {value!r}") from None
-                if field in UNLIMITED_AS_MINUS_ONE and value == -1:
+                low, high = INT_RANGES[field]
+                unlimited = field in UNLIMITED_AS_MINUS_ONE
+                value = parse_int(key, value, low, high, unlimited=unlimited)
+                if unlimited and value == -1:
                     value = None  # Kafka's -1: no limit
             changes[field] = value
         return replace(self, **changes)

@@ -174,14 +174,22 @@ class Log:
     def append(self, data: bytes | bytearray | memoryview, *, leader_epoch: int = 0) -> AppendInfo:
         """Append a producer's batches, assigning offsets from the log end.
 
-        Checks each batch (CRC, structure, size, timestamps) and its records
+        Checks each batch (CRC, structure, size, timestamps, no transactional flag: mq
+        has no transactions, a reader would wait for a commit that never comes) and its records
         (:func:`~mq.records.records.validate_produced_records`: lengths, varints,
         offset deltas, headers, a bounded decompression), copies them into the
         active segment and rewrites their baseOffset and leader epoch there.
         Not durable until a flush.
         """
         self.check_online()
-        headers = validate_produced(data, max_batch_bytes=self.config.max_message_bytes)
+        headers = validate_produced(
+            data,
+            max_batch_bytes=self.config.max_message_bytes,
+            now_ms=int(time.time() * 1000),
+            max_future_ms=self.config.message_timestamp_after_max_ms,
+        )
+        if any(h.is_transactional for h in headers):  # a reader would wait for a commit
+            raise InvalidRecordError("transactional batches are refused: mq has no transactions")
         validate_produced_records(
             data, headers, max_decompressed=self.config.max_decompressed_bytes
         )

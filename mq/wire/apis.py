@@ -32,6 +32,7 @@ key   name                           purpose
 46    list_partition_reassignments   the partition moves in progress
 1000  replica_fetch                  a follower pulls from its leader (reads to the log end)
 1001  internal_append                a broker appends to an internal topic led elsewhere
+1002  broker_hello                   a connection proves it is a broker of this cluster
 1010  queue_receive                  lease records to a share group's consumer (long poll)
 1011  queue_ack                      ack, release, reject or extend leased records
 1012  describe_queue                 a share group's counts per partition (visible, in flight…)

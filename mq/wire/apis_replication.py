@@ -104,3 +104,28 @@ class InternalAppendResponse(TypedDict):
 
 
 INTERNAL_APPEND = define_api(1001, "internal_append", InternalAppendRequest, InternalAppendResponse)
+
+# -- broker_hello (1002): a connection proves it comes from a broker of this cluster -------------
+# The broker-to-broker APIs above are served only on connections that sent this
+# first with the cluster's inter-broker secret (until TLS and SASL: issue 19).
+
+MIN_SECRET_BYTES = 16
+"""Shortest inter-broker secret: 128 bits, out of reach of guessing over the network."""
+MAX_SECRET_BYTES = 1_024
+"""Longest inter-broker secret on the wire (a generated one is 32 bytes; a configured
+one is a passphrase, not a document)."""
+
+
+class BrokerHelloRequest(TypedDict):
+    node_id: NonNegI32
+    """The sender's node id (for the logs; the secret is the proof)."""
+    secret: Annotated[bytes, Len(0, MAX_SECRET_BYTES)]
+    """The cluster's inter-broker secret (kept in the metadata store or the config)."""
+
+
+class BrokerHelloResponse(TypedDict):
+    node_id: NonNegI32
+    """The answering broker's node id."""
+
+
+BROKER_HELLO = define_api(1002, "broker_hello", BrokerHelloRequest, BrokerHelloResponse)

@@ -29,6 +29,8 @@ from mq.errors import FencedLeaderEpochError, MQError
 from mq.local_cluster import LocalCluster
 from mq.records.batch import split_batches
 from mq.records.records import build_batch, decode_records
+from mq.replication.etcd_store import EtcdStore
+from mq.replication.hello import BrokerCredentials, cluster_secret, open_broker_connection
 from mq.wire.apis_data import FETCH
 from mq.wire.apis_replication import INTERNAL_APPEND
 
@@ -170,7 +172,15 @@ async def test_a_save_of_a_deposed_leader_epoch_is_refused(cluster: LocalCluster
         assert (second.body, second.delivery_count) == (b"second", 1)
         state_leader = await _leader(others, SHARE_STATE_TOPIC, 0)
         host, port = cluster.broker(state_leader).host, cluster.broker(state_leader).port
-        conn = await Connection.open(host, port)
+        # internal_append is for brokers only: this test shows the cluster's secret
+        store = EtcdStore.from_url(cluster.etcd.url)
+        await store.start()
+        try:
+            secret = await cluster_secret(store, None)
+        finally:
+            await store.close()
+        credentials = BrokerCredentials(99, secret)
+        conn = await open_broker_connection(host, port, credentials, client_id="test-broker")
         try:
             saved = await _saved_value(conn, [queue, queue, 0])
             assert saved["epoch"] == epoch

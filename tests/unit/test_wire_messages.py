@@ -388,6 +388,7 @@ def test_the_apis_the_broker_needs_are_defined() -> None:
         "list_partition_reassignments": 46,
         "replica_fetch": 1000,
         "internal_append": 1001,
+        "broker_hello": 1002,
         "queue_receive": 1010,
         "queue_ack": 1011,
         "describe_queue": 1012,
