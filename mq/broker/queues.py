@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from mq.broker import cluster_io
+from mq.broker.admission import RateLimitedLog
 from mq.broker.share_sessions import PRESSURE_MIN_IDLE_S, SessionLimits, SessionTable
 from mq.broker.share_store import ShareKey, ShareStateStore
 from mq.errors import (
@@ -72,6 +73,11 @@ if TYPE_CHECKING:
     from mq.broker.partition import Partition
 
 log = logging.getLogger(__name__)
+DEAD_LETTER_LOG_INTERVAL_S = 10.0
+"""A dead-letter queue that keeps failing (a topic that cannot be made, say one
+configured before its name was checked) is retried on every tick: one warning per
+10 s, with the count of the ones not printed, instead of 20 a second."""
+_log_dead_letter_failure = RateLimitedLog(log, logging.WARNING, DEAD_LETTER_LOG_INTERVAL_S)
 
 TICK_S = 0.05
 """How often leases and delays are checked: the resolution of a visibility timeout."""
@@ -497,7 +503,9 @@ class ShareManager:
                     for index, records in by_partition.items():
                         await cluster_io.append(self._broker, target, index, build_batch(records))
                 except (MQError, OSError) as exc:
-                    log.warning("dead-lettering from %s to %s: %s", session.key, target, exc)
+                    _log_dead_letter_failure(
+                        "dead-lettering from %s to %s: %s", session.key, target, exc
+                    )
                     return  # the ticker tries again
                 for letter in batch_items:
                     if not session.closed:
