@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from mq.broker import limits, producer_ids
+from mq.broker import limits, maintenance, producer_ids
 from mq.broker.catalog import (
     INTERNAL_TOPICS,
     LegacyCatalog,
@@ -65,7 +65,7 @@ from mq.replication.etcd_store import EtcdStore
 from mq.replication.hello import BrokerCredentials, cluster_secret
 from mq.replication.local_store import LocalStore
 from mq.replication.membership import BrokerInfo, NodeIdInUseError
-from mq.replication.store import CompactedError, Compare, Lease, MetadataStore, Put
+from mq.replication.store import CompactedError, Lease, MetadataStore
 from mq.replication.throttle import TokenBucket
 from mq.wire.apis_core import CREATE_TOPICS, CreateTopicsResponse
 from mq.wire.limits import validate_topic_name
@@ -141,7 +141,9 @@ class Broker:
         self._lock_data_dir()
         self._remove_deleted_dirs()
         await self.store.start()
-        self.cluster_id = await _cluster_id(self.store)
+        self.cluster_id = (
+            await self.store.get_or_create(CLUSTER_ID_KEY, lambda: uuid.uuid4().hex.encode())
+        ).decode()
         secret = await cluster_secret(self.store, self.config.inter_broker_secret)
         self.credentials = BrokerCredentials(self.node_id, secret)
         self.view = await ClusterView.load(self.store)
@@ -155,8 +157,12 @@ class Broker:
         await self._register()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._follow(), name="metadata-watch"))
-        self._tasks.append(loop.create_task(self._retention_loop(), name="retention"))
-        self._tasks.append(loop.create_task(self._checkpoint_loop(), name="hw-checkpoint"))
+        partitions = self.partitions.values
+        self._tasks.append(
+            loop.create_task(maintenance.retention_loop(partitions, self.config), name="retention")
+        )
+        checkpoints = maintenance.checkpoint_loop(partitions, self.config)
+        self._tasks.append(loop.create_task(checkpoints, name="hw-checkpoint"))
         self._tasks.append(loop.create_task(self._supervise_lease(), name="lease"))
         expiry = producer_ids.expire_loop(lambda: self.partitions.values(), self.config)
         self._tasks.append(loop.create_task(expiry, name="producer-expiry"))
@@ -576,39 +582,6 @@ class Broker:
         if self.seat is None or self.seat.controller is None:
             raise NotControllerError(f"broker {self.node_id} is not the controller")
         return self.seat
-
-    # -- retention ------------------------------------------------------------------
-
-    async def _checkpoint_loop(self) -> None:
-        """Checkpoint every partition's high watermark that moved, periodically."""
-        while True:
-            await asyncio.sleep(self.config.high_watermark_checkpoint_ms / 1000)
-            for partition in list(self.partitions.values()):
-                partition.checkpoint_high_watermark()
-
-    async def _retention_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.retention_check_ms / 1000)
-            for partition in list(self.partitions.values()):
-                try:
-                    deleted = await partition.writer.call(lambda log_: log_.enforce_retention())
-                except MQError as exc:
-                    log.warning("retention of %s: %s", partition.name, exc)
-                    continue
-                if deleted:
-                    log.info("retention deleted %d segments of %s", deleted, partition.name)
-
-
-async def _cluster_id(store: MetadataStore) -> str:
-    """The cluster's id, created if this is its first broker."""
-    for _ in range(10):
-        entry = await store.get(CLUSTER_ID_KEY)
-        if entry is not None:
-            return entry.value.decode()
-        made = uuid.uuid4().hex
-        if await store.commit([Compare(CLUSTER_ID_KEY, 0)], [Put(CLUSTER_ID_KEY, made.encode())]):
-            return made
-    raise MQError("could not read or create the cluster id")
 
 
 def _not_here(topic: str, index: int) -> MQError:

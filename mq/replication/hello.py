@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from mq.client.connection import Connection
 from mq.errors import MQError
-from mq.replication.store import Compare, MetadataStore, Put
+from mq.replication.store import MetadataStore
 from mq.wire.apis_replication import BROKER_HELLO, MIN_SECRET_BYTES
 
 SECRET_KEY = "/inter_broker_secret"
@@ -39,8 +39,6 @@ GENERATED_SECRET_BYTES = 32
 """A generated secret's length: 256 random bits."""
 HELLO_TIMEOUT_S = 10.0
 """How long a broker waits for the answer to its hello (as a forwarded request)."""
-CREATE_ATTEMPTS = 10
-"""Reads and create-if-absent attempts while the secret is being made (as the cluster id)."""
 
 
 @dataclass(frozen=True)
@@ -59,16 +57,12 @@ async def cluster_secret(store: MetadataStore, configured: str | None) -> bytes:
     """The inter-broker secret: the configured one, else the store's (made if absent)."""
     if configured is not None:
         return configured.encode()
-    for _ in range(CREATE_ATTEMPTS):
-        entry = await store.get(SECRET_KEY)
-        if entry is not None:
-            if len(entry.value) < MIN_SECRET_BYTES:
-                raise MQError(f"the metadata store's {SECRET_KEY} is shorter than allowed")
-            return entry.value
-        made = secrets.token_bytes(GENERATED_SECRET_BYTES)
-        if await store.commit([Compare(SECRET_KEY, 0)], [Put(SECRET_KEY, made)]):
-            return made
-    raise MQError("could not read or create the inter-broker secret")
+    secret = await store.get_or_create(
+        SECRET_KEY, lambda: secrets.token_bytes(GENERATED_SECRET_BYTES)
+    )
+    if len(secret) < MIN_SECRET_BYTES:
+        raise MQError(f"the metadata store's {SECRET_KEY} is shorter than allowed")
+    return secret
 
 
 async def open_broker_connection(

@@ -33,11 +33,16 @@ from __future__ import annotations
 import asyncio
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from mq.errors import MQError
+
+CREATE_ATTEMPTS = 10
+"""Reads and create-if-absent attempts of :meth:`MetadataStore.get_or_create`: each
+failed attempt means another broker created the key meanwhile, so the next read
+finds it; ten covers a key being deleted and remade under us."""
 
 
 class MetadataStoreError(MQError):
@@ -158,3 +163,15 @@ class MetadataStore(ABC):
         revision = await self.commit([], [Delete(key)])
         assert revision is not None
         return revision
+
+    async def get_or_create(self, key: str, make: Callable[[], bytes]) -> bytes:
+        """``key``'s value, made with ``make`` and written if the key is absent: the
+        first of the brokers racing to create it wins, the others read its value."""
+        for _ in range(CREATE_ATTEMPTS):
+            entry = await self.get(key)
+            if entry is not None:
+                return entry.value
+            made = make()
+            if await self.commit([Compare(key, 0)], [Put(key, made)]):
+                return made
+        raise MetadataStoreError(f"could not read or create {key} in the metadata store")
