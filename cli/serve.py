@@ -42,6 +42,11 @@ from mq.errors import MQError
 @click.option(
     "--node-id", type=click.IntRange(0, 2**31 - 1), help="This broker's id in the cluster [0]."
 )
+@click.option(
+    "--encryption-key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Encrypt record batches at rest with this key file's newest key [none].",
+)
 def serve(
     data_dir: Path | None,
     host: str | None,
@@ -49,6 +54,7 @@ def serve(
     config_file: Path | None,
     metadata: str | None,
     node_id: int | None,
+    encryption_key_file: Path | None,
 ) -> None:
     """Run a broker (a single node with the embedded defaults unless told otherwise)."""
     flags = {
@@ -57,6 +63,7 @@ def serve(
         "port": port,
         "metadata": metadata,
         "node_id": node_id,
+        "encryption_key_file": encryption_key_file,
     }
     try:
         if config_file is not None:
@@ -73,11 +80,13 @@ def serve(
 
 
 async def _run(config: BrokerConfig) -> None:
-    server = Server(Broker(config))
+    broker = Broker(config)
+    server = Server(broker)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, broker.reload_keys)  # encryption keys (issue 19)
     try:
         host, port = await server.start()
     except BaseException:

@@ -38,6 +38,7 @@ from mq.errors import (
     StorageError,
 )
 from mq.records.batch import NO_PRODUCER_ID, BatchHeader, iter_batches, validate_produced
+from mq.records.encryption import Keyring, open_all, seal_all
 from mq.records.records import decode_records, validate_produced_records
 from mq.storage import cleaner, compaction, producers, retention
 from mq.storage.chain import SegmentChain
@@ -78,8 +79,15 @@ class Log:
         clock: Callable[[], int],
         segments: list[Segment],
         log_start_offset: int,
+        keyring: Keyring | None = None,
     ) -> None:
         self.directory = directory
+        self.keyring = keyring
+        """Encryption at rest: appends are sealed with its newest key, reads opened
+        (:meth:`read_plain`). None: appends stay plain (encrypted batches already
+        stored still need their key to be read)."""
+        self.name = directory.name.encode()
+        """The partition's name, bound to every batch it encrypts."""
         self.config = config
         self.io = io
         """The file API every file of this log goes through (read it, do not replace it)."""
@@ -111,6 +119,7 @@ class Log:
         *,
         io: FileIO = DEFAULT_IO,
         clock: Callable[[], int] = wall_clock_ms,
+        keyring: Keyring | None = None,
     ) -> Log:
         """Open (creating or recovering) the log in ``directory``.
 
@@ -134,7 +143,7 @@ class Log:
                 ]
             else:
                 segments[-1].make_active(config.segment_bytes)
-            opened = cls(directory, config, io, clock, segments, start)
+            opened = cls(directory, config, io, clock, segments, start, keyring)
             opened.chain.cleaner = cleaner.read_state(directory)
             opened.epochs = opened._load_epochs()
             write_checkpoint(directory, io, opened.chain.checkpointed)
@@ -206,6 +215,8 @@ class Log:
                 )
         first = self.next_offset
         count = sum(h.last_offset_delta + 1 for h in headers)
+        if self.keyring is not None:  # checked in clear, stored sealed
+            data, headers = seal_all(self.keyring, self.name, data, headers, first)
         self._write(data, headers, first, first + count - 1, (first, leader_epoch))
         if leader_epoch > self.epochs.latest_epoch:
             self._assign_epoch(leader_epoch, first)
@@ -427,6 +438,28 @@ class Log:
             raise self.fail("read", exc) from exc
         return None
 
+    def read_plain(
+        self, offset: int, max_bytes: int, upper_bound: int | None = None
+    ) -> Slice | None:
+        """:meth:`read`, with every encrypted batch opened into its plain form (what
+        consumers and the broker's loaders read; followers copy :meth:`read`'s bytes).
+
+        Raises :class:`~mq.errors.EncryptionKeyNotFoundError` naming the key id of a
+        batch whose key the keyring does not hold, and
+        :class:`~mq.errors.DecryptionFailedError` for one that does not authenticate.
+        """
+        found = self.read(offset, max_bytes, upper_bound)
+        if found is None or not found.encrypted:
+            return found
+        return self.reveal(found)
+
+    def reveal(self, found: Slice) -> Slice:
+        """``found`` with its encrypted batches opened (one AEAD call and one CRC each)."""
+        if not found.encrypted:
+            return found
+        plain = open_all(self.keyring, self.name, found.data)
+        return Slice(memoryview(plain).toreadonly(), found.first_offset, found.next_offset)
+
     def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
         """Headers of every batch from the one holding ``offset`` to the log end."""
         while (found := self.read(offset, 1 << 20)) is not None:
@@ -444,6 +477,7 @@ class Log:
                 # the batch's newest record may sit below the log start: then look on
                 found = segment.read(header.base_offset, 1, header.next_offset)
                 if found is not None:
+                    found = self.reveal(found)
                     for record in decode_records(found.data):
                         if record.timestamp >= timestamp and record.offset >= start:
                             return record.offset, record.timestamp

@@ -1,0 +1,265 @@
+"""Encryption at rest: one AES-256-GCM seal per record batch (layout: :mod:`mq.records.batch`).
+
+A leader seals each batch it appends, after validation and before the bytes
+reach the segment; consumer fetches, queue receives and the broker's own
+loaders open it on the way out; followers copy the sealed bytes as they are.
+An encrypted batch keeps its 61-byte header in clear (offsets, timestamps,
+producer id/epoch/sequence, record count: indexes, retention, idempotence,
+fencing and leader epochs work without a key) with :data:`ENCRYPTED_BIT` set in
+its attributes, and its records section becomes::
+
+    61  keyId       uint32   which key of the keyring sealed it
+    65  nonce       12 B     the GCM nonce
+    77  ciphertext           as long as the plain records section (compressed or not)
+    -16 tag         16 B     GCM authentication tag
+
+batchLength grows by :data:`OVERHEAD` (32 bytes) and the CRC is that of the
+stored bytes, so that recovery, ``mq storage verify`` and the scrubber check
+encrypted segments with no key. The associated data binds the ciphertext to
+where it belongs: the partition's name, the baseOffset and the clear header
+from the attributes to the key id (bytes [21, 65)). A batch copied into another
+partition or position, or a header field changed (timestamps, counts,
+producer fields), fails authentication. partitionLeaderEpoch and the CRC are
+left out: a leader writes the first after sealing, the second covers the seal.
+
+Opening restores the plain batch byte for byte as the producer's (or the
+cleaner's) batch was, header included, with its CRC computed again: one AEAD
+call and one CRC per batch, never anything per record.
+
+Nonces: each :class:`Keyring` draws a random 96-bit start and counts up from it,
+one nonce per seal (thread-safe: the cleaner seals in a worker thread). Within a
+process no nonce repeats; two processes collide only if their ranges overlap
+(probability about n/2^96 for n seals), far below GCM's bound for random nonces.
+
+Thread safety: a :class:`Keyring` may be used from any thread; :meth:`Keyring.replace`
+swaps the keys atomically (a reload).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import struct
+import threading
+from collections.abc import Iterator, Mapping
+
+from crc32c import crc32c
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from mq.errors import DecryptionFailedError, EncryptionKeyNotFoundError
+from mq.records.batch import (
+    ATTRIBUTES_AT,
+    CRC_AT,
+    ENCRYPTED_BIT,
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    LENGTH_AT,
+    LOG_OVERHEAD,
+    RECORDS_AT,
+    BatchHeader,
+    Buffer,
+    parse_header,
+)
+
+KEY_BYTES = 32
+"""AES-256."""
+KEY_ID_BYTES = 4
+NONCE_BYTES = 12
+TAG_BYTES = 16
+OVERHEAD = KEY_ID_BYTES + NONCE_BYTES + TAG_BYTES
+"""Bytes an encrypted batch has more than its plain form."""
+MAX_KEY_ID = 2**32 - 1
+SEALED_AT = RECORDS_AT + KEY_ID_BYTES + NONCE_BYTES
+"""Where the ciphertext starts."""
+_AAD_CLEAR_END = RECORDS_AT + KEY_ID_BYTES
+_NONCE_SPACE = 1 << (8 * NONCE_BYTES)
+_KEY_ID = struct.Struct(">I")
+_LENGTH = struct.Struct(">i")
+_CRC = struct.Struct(">I")
+_AAD_MAGIC = b"mq-batch-aead-v1\x00"
+
+
+class Keyring:
+    """Keys by id: the highest id seals, every id opens."""
+
+    def __init__(self, keys: Mapping[int, bytes], source: str = "the keyring") -> None:
+        self.source = source
+        """Where the keys come from (named in errors)."""
+        self._lock = threading.Lock()
+        self._ciphers: dict[int, AESGCM] = {}
+        self.newest = -1
+        self.replace(keys)
+        self._nonce_start = int.from_bytes(os.urandom(NONCE_BYTES), "big")
+        self._nonces = itertools.count()
+
+    def replace(self, keys: Mapping[int, bytes]) -> None:
+        """Take a new set of keys (a reload); at least one, each 32 bytes."""
+        if not keys:
+            raise ValueError(f"{self.source} holds no key")
+        ciphers = {}
+        for key_id, key in keys.items():
+            if not 0 <= key_id <= MAX_KEY_ID:
+                raise ValueError(f"{self.source}: key id {key_id} is outside 0..{MAX_KEY_ID}")
+            if len(key) != KEY_BYTES:
+                raise ValueError(
+                    f"{self.source}: key {key_id} has {len(key)} bytes, AES-256 needs {KEY_BYTES}"
+                )
+            ciphers[key_id] = AESGCM(key)
+        with self._lock:
+            self._ciphers = ciphers
+            self.newest = max(ciphers)
+
+    @property
+    def ids(self) -> list[int]:
+        return sorted(self._ciphers)
+
+    def nonce(self) -> bytes:
+        """A nonce never handed out before by this keyring."""
+        n = (self._nonce_start + next(self._nonces)) % _NONCE_SPACE
+        return n.to_bytes(NONCE_BYTES, "big")
+
+    def cipher(self, key_id: int, where: str) -> AESGCM:
+        found = self._ciphers.get(key_id)
+        if found is None:
+            raise EncryptionKeyNotFoundError(
+                f"{where} is encrypted with key id {key_id}, which {self.source} does not hold "
+                f"(it holds {self.ids}): add that key to the key file of every broker"
+            )
+        return found
+
+    def newest_cipher(self) -> tuple[int, AESGCM]:
+        ciphers = self._ciphers  # one snapshot: a reload may swap the dict meanwhile
+        newest = max(ciphers)
+        return newest, ciphers[newest]
+
+
+def is_encrypted(header: BatchHeader) -> bool:
+    return bool(header.attributes & ENCRYPTED_BIT)
+
+
+def _aad(partition: bytes, stored: Buffer, pos: int) -> bytes:
+    view = memoryview(stored)
+    return b"".join(
+        (
+            _AAD_MAGIC,
+            partition,
+            b"\x00",
+            view[pos : pos + 8],
+            view[pos + ATTRIBUTES_AT : pos + _AAD_CLEAR_END],
+        )
+    )
+
+
+def seal_batch(
+    keyring: Keyring,
+    partition: bytes,
+    batch: Buffer,
+    pos: int,
+    header: BatchHeader,
+    base_offset: int,
+) -> tuple[bytes, BatchHeader]:
+    """The encrypted form of the plain batch at ``batch[pos:]`` (``header`` its parsed header),
+    stored at ``base_offset`` of ``partition``; and its new header."""
+    view = memoryview(batch)
+    key_id, cipher = keyring.newest_cipher()
+    nonce = keyring.nonce()
+    stored = header._replace(
+        base_offset=base_offset,
+        batch_length=header.batch_length + OVERHEAD,
+        attributes=header.attributes | ENCRYPTED_BIT,
+    )
+    head = bytearray(HEADER_SIZE + KEY_ID_BYTES + NONCE_BYTES)
+    HEADER_STRUCT.pack_into(head, 0, *stored)
+    _KEY_ID.pack_into(head, RECORDS_AT, key_id)
+    head[RECORDS_AT + KEY_ID_BYTES :] = nonce
+    sealed = cipher.encrypt(
+        nonce, view[pos + RECORDS_AT : pos + header.size], _aad(partition, head, 0)
+    )
+    crc = crc32c(sealed, crc32c(memoryview(head)[ATTRIBUTES_AT:]))
+    _CRC.pack_into(head, CRC_AT, crc)
+    return bytes(head) + sealed, stored._replace(crc=crc)
+
+
+def open_batch(
+    keyring: Keyring | None, partition: bytes, stored: Buffer, pos: int, header: BatchHeader
+) -> bytes:
+    """The plain batch (with its own CRC) of the encrypted batch at ``stored[pos:]``.
+
+    Raises :class:`EncryptionKeyNotFoundError` naming the key id when it is not in
+    ``keyring`` (or there is no keyring), :class:`DecryptionFailedError` when the
+    ciphertext does not authenticate (altered bytes, or another key under that id).
+    """
+    view = memoryview(stored)
+    key_id = _KEY_ID.unpack_from(view, pos + RECORDS_AT)[0]
+    where = f"the batch at offset {header.base_offset} of {partition.decode(errors='replace')}"
+    if header.size < HEADER_SIZE + OVERHEAD:
+        raise DecryptionFailedError(f"{where} is too short to be an encrypted batch")
+    if keyring is None:
+        raise EncryptionKeyNotFoundError(
+            f"{where} is encrypted with key id {key_id}, and this broker has no encryption "
+            "key file (--encryption-key-file)"
+        )
+    cipher = keyring.cipher(key_id, where)
+    nonce = view[pos + RECORDS_AT + KEY_ID_BYTES : pos + SEALED_AT]
+    try:
+        records = cipher.decrypt(
+            nonce, view[pos + SEALED_AT : pos + header.size], _aad(partition, view, pos)
+        )
+    except InvalidTag:
+        raise DecryptionFailedError(
+            f"{where} does not authenticate under key id {key_id}: its bytes were altered, "
+            "or that id names another key than the one that encrypted it"
+        ) from None
+    head = bytearray(view[pos : pos + RECORDS_AT])
+    _LENGTH.pack_into(head, LENGTH_AT, header.batch_length - OVERHEAD)
+    head[ATTRIBUTES_AT + 1] &= ~ENCRYPTED_BIT & 0xFF
+    crc = crc32c(records, crc32c(memoryview(head)[ATTRIBUTES_AT:]))
+    _CRC.pack_into(head, CRC_AT, crc)
+    return bytes(head) + records
+
+
+def _headers(data: Buffer) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of the batches laid back to back in ``data`` (already checked)."""
+    pos, end = 0, len(data)
+    while pos + LOG_OVERHEAD <= end:
+        header = parse_header(data, pos)
+        yield pos, header
+        pos += header.size
+
+
+def seal_all(
+    keyring: Keyring, partition: bytes, data: Buffer, headers: list[BatchHeader], first_offset: int
+) -> tuple[bytes, list[BatchHeader]]:
+    """Seal a producer's checked batches (``headers``, laid back to back in ``data``)
+    that a leader stores from ``first_offset`` on."""
+    pieces: list[bytes] = []
+    out: list[BatchHeader] = []
+    pos, offset = 0, first_offset
+    for header in headers:
+        sealed, stored = seal_batch(keyring, partition, data, pos, header, offset)
+        pieces.append(sealed)
+        out.append(stored)
+        pos += header.size
+        offset += header.last_offset_delta + 1
+    return b"".join(pieces), out
+
+
+def open_all(keyring: Keyring | None, partition: bytes, data: Buffer) -> bytes:
+    """The batches of ``data`` (checked, laid back to back) with every encrypted one opened."""
+    view = memoryview(data)
+    pieces: list[Buffer] = []
+    for pos, header in _headers(data):
+        if header.attributes & ENCRYPTED_BIT:
+            pieces.append(open_batch(keyring, partition, view, pos, header))
+        else:
+            pieces.append(view[pos : pos + header.size])
+    return b"".join(pieces)
+
+
+def stored_key_id(batch: Buffer, pos: int = 0) -> int | None:
+    """The key id of the batch at ``batch[pos:]`` if it is encrypted, else None."""
+    header = parse_header(batch, pos)
+    if not header.attributes & ENCRYPTED_BIT or header.size < HEADER_SIZE + KEY_ID_BYTES:
+        return None
+    return int(_KEY_ID.unpack_from(batch, pos + RECORDS_AT)[0])
