@@ -25,8 +25,8 @@ from typing import Any
 
 import click
 
-from mq.records.batch import NO_TIMESTAMP
 from mq.errors import MQError
+from mq.records.batch import NO_TIMESTAMP
 from mq.storage import scrub
 from mq.storage.keyfile import add_key
 from mq.storage.verify import (

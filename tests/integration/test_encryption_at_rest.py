@@ -13,6 +13,7 @@ its id, other partitions still served).
 from __future__ import annotations
 
 import asyncio
+import base64
 import subprocess
 import sys
 import uuid
@@ -158,10 +159,10 @@ async def test_rotation_and_a_missing_key(tmp_path: Path) -> None:
         assert key_ids(broker.data_dir / f"{TOPIC}-0") == [1, 2]
         # key 1 leaves the file: its batch fails naming it, the rest is served
         only_two = read_keys(keys)[2]
-        keys.write_text(f'2 = "{__import__("base64").b64encode(only_two).decode()}"\n')
+        keys.write_text(f'2 = "{base64.b64encode(only_two).decode()}"\n')
         await asyncio.to_thread(broker.restart)
         async with asyncio.timeout(TEST_TIMEOUT_S):
-            with pytest.raises(EncryptionKeyNotFoundError, match="offset 0 of orders-0.*key id 1"):
+            with pytest.raises(EncryptionKeyNotFoundError, match=r"offset 0 of orders-0.*key id 1"):
                 await read_all(broker.bootstrap, tp)
             async with Consumer(bootstrap=broker.bootstrap) as consumer:
                 consumer.assign([tp])
