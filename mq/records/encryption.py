@@ -88,7 +88,7 @@ class Keyring:
         """Where the keys come from (named in errors)."""
         self._lock = threading.Lock()
         self._ciphers: dict[int, AESGCM] = {}
-        self.newest = -1
+        self._newest: tuple[int, AESGCM] | None = None
         self.replace(keys)
         self._nonce_start = int.from_bytes(os.urandom(NONCE_BYTES), "big")
         self._nonces = itertools.count()
@@ -106,9 +106,16 @@ class Keyring:
                     f"{self.source}: key {key_id} has {len(key)} bytes, AES-256 needs {KEY_BYTES}"
                 )
             ciphers[key_id] = AESGCM(key)
-        with self._lock:
+        newest = max(ciphers)
+        with self._lock:  # two reloads at once: one wins whole
             self._ciphers = ciphers
-            self.newest = max(ciphers)
+            self._newest = (newest, ciphers[newest])
+
+    @property
+    def newest(self) -> int:
+        """The id that encrypts."""
+        assert self._newest is not None
+        return self._newest[0]
 
     @property
     def ids(self) -> list[int]:
@@ -129,9 +136,10 @@ class Keyring:
         return found
 
     def newest_cipher(self) -> tuple[int, AESGCM]:
-        ciphers = self._ciphers  # one snapshot: a reload may swap the dict meanwhile
-        newest = max(ciphers)
-        return newest, ciphers[newest]
+        """The id and cipher that encrypt (one read: a reload swaps the pair whole)."""
+        newest = self._newest
+        assert newest is not None
+        return newest
 
 
 def is_encrypted(header: BatchHeader) -> bool:
