@@ -230,3 +230,41 @@ def test_a_broker_refuses_a_bad_key_file_at_start(
     assert done.returncode != 0
     assert message in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_an_encrypted_compacted_topic_is_compacted_and_stays_encrypted(
+    tmp_path: Path,
+) -> None:
+    keys = tmp_path / "keys.toml"
+    add_key(keys)
+    broker = BrokerProcess(
+        tmp_path / "data",
+        settings={**SETTINGS, "cleaner_backoff_ms": 100, "encryption_key_file": str(keys)},
+        log_settings={"segment.bytes": 64 * 1024, "max.message.bytes": 32 * 1024},
+    )
+    tp = TopicPartition("table", 0)
+    broker.start()
+    try:
+        async with asyncio.timeout(TEST_TIMEOUT_S):
+            async with Admin(bootstrap=broker.bootstrap) as admin:
+                await admin.create_topic("table", 1, configs={"cleanup.policy": "compact"})
+            async with Producer(broker.bootstrap, acks="all", linger_ms=1) as producer:
+                futures = [
+                    await producer.send(
+                        "table", SECRETS["value"] + b"%d;" % i + b"." * 100, key=b"k%d" % (i % 25)
+                    )
+                    for i in range(4_000)
+                ]
+                await asyncio.gather(*futures)
+            for _ in range(150):
+                values = await read_all(broker.bootstrap, tp)
+                if len(values) < 1_000:
+                    break
+                await asyncio.sleep(0.2)
+        assert len(values) < 1_000, "the cleaner did not compact the topic"
+        newest = {v.split(b";")[0] for v in values[-25:] if v is not None}
+        assert newest == {SECRETS["value"] + b"%d" % i for i in range(4_000 - 25, 4_000)}
+    finally:
+        broker.stop()
+    assert files_holding(broker.data_dir, SECRETS["value"]) == []
+    assert set(key_ids(broker.data_dir / "table-0")) == {1}
