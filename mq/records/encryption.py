@@ -166,10 +166,23 @@ def seal_batch(
     pos: int,
     header: BatchHeader,
     base_offset: int,
-) -> tuple[bytes, BatchHeader]:
+) -> tuple[bytearray, BatchHeader]:
     """The encrypted form of the plain batch at ``batch[pos:]`` (``header`` its parsed header),
     stored at ``base_offset`` of ``partition``; and its new header."""
-    view = memoryview(batch)
+    out = bytearray(header.size + OVERHEAD)
+    return out, _seal_into(keyring, partition, memoryview(batch), pos, header, base_offset, out)
+
+
+def _seal_into(
+    keyring: Keyring,
+    partition: bytes,
+    view: memoryview,
+    pos: int,
+    header: BatchHeader,
+    base_offset: int,
+    out: bytearray | memoryview,
+) -> BatchHeader:
+    """Write the encrypted form of the batch at ``view[pos:]`` over ``out`` (exactly its size)."""
     key_id, cipher = keyring.newest_cipher()
     nonce = keyring.nonce()
     stored = header._replace(
@@ -177,54 +190,76 @@ def seal_batch(
         batch_length=header.batch_length + OVERHEAD,
         attributes=header.attributes | ENCRYPTED_BIT,
     )
-    head = bytearray(HEADER_SIZE + KEY_ID_BYTES + NONCE_BYTES)
-    HEADER_STRUCT.pack_into(head, 0, *stored)
-    _KEY_ID.pack_into(head, RECORDS_AT, key_id)
-    head[RECORDS_AT + KEY_ID_BYTES :] = nonce
-    sealed = cipher.encrypt(
-        nonce, view[pos + RECORDS_AT : pos + header.size], _aad(partition, head, 0)
+    target = memoryview(out)
+    HEADER_STRUCT.pack_into(target, 0, *stored)
+    _KEY_ID.pack_into(target, RECORDS_AT, key_id)
+    target[RECORDS_AT + KEY_ID_BYTES : SEALED_AT] = nonce
+    cipher.encrypt_into(
+        nonce,
+        view[pos + RECORDS_AT : pos + header.size],
+        _aad(partition, target, 0),
+        target[SEALED_AT:],
     )
-    crc = crc32c(sealed, crc32c(memoryview(head)[ATTRIBUTES_AT:]))
-    _CRC.pack_into(head, CRC_AT, crc)
-    return bytes(head) + sealed, stored._replace(crc=crc)
+    crc = crc32c(target[ATTRIBUTES_AT:])
+    _CRC.pack_into(target, CRC_AT, crc)
+    return stored._replace(crc=crc)
 
 
 def open_batch(
     keyring: Keyring | None, partition: bytes, stored: Buffer, pos: int, header: BatchHeader
-) -> bytes:
+) -> bytearray:
     """The plain batch (with its own CRC) of the encrypted batch at ``stored[pos:]``.
 
     Raises :class:`EncryptionKeyNotFoundError` naming the key id when it is not in
     ``keyring`` (or there is no keyring), :class:`DecryptionFailedError` when the
     ciphertext does not authenticate (altered bytes, or another key under that id).
     """
-    view = memoryview(stored)
-    key_id = _KEY_ID.unpack_from(view, pos + RECORDS_AT)[0]
-    where = f"the batch at offset {header.base_offset} of {partition.decode(errors='replace')}"
     if header.size < HEADER_SIZE + OVERHEAD:
+        where = f"the batch at offset {header.base_offset} of {partition.decode(errors='replace')}"
         raise DecryptionFailedError(f"{where} is too short to be an encrypted batch")
+    out = bytearray(header.size - OVERHEAD)
+    _open_into(keyring, partition, memoryview(stored), pos, header, out)
+    return out
+
+
+def _open_into(
+    keyring: Keyring | None,
+    partition: bytes,
+    view: memoryview,
+    pos: int,
+    header: BatchHeader,
+    out: bytearray | memoryview,
+) -> None:
+    """Write the plain form of the encrypted batch at ``view[pos:]`` over ``out`` (its size)."""
+    key_id = _KEY_ID.unpack_from(view, pos + RECORDS_AT)[0]
     if keyring is None:
         raise EncryptionKeyNotFoundError(
-            f"{where} is encrypted with key id {key_id}, and this broker has no encryption "
-            "key file (--encryption-key-file)"
+            f"{_where(header, partition)} is encrypted with key id {key_id}, and this broker "
+            "has no encryption key file (--encryption-key-file)"
         )
-    cipher = keyring.cipher(key_id, where)
+    cipher = keyring.cipher(key_id, _where(header, partition))
+    target = memoryview(out)
     nonce = view[pos + RECORDS_AT + KEY_ID_BYTES : pos + SEALED_AT]
     try:
-        records = cipher.decrypt(
-            nonce, view[pos + SEALED_AT : pos + header.size], _aad(partition, view, pos)
+        cipher.decrypt_into(
+            nonce,
+            view[pos + SEALED_AT : pos + header.size],
+            _aad(partition, view, pos),
+            target[RECORDS_AT:],
         )
     except InvalidTag:
         raise DecryptionFailedError(
-            f"{where} does not authenticate under key id {key_id}: its bytes were altered, "
-            "or that id names another key than the one that encrypted it"
+            f"{_where(header, partition)} does not authenticate under key id {key_id}: its "
+            "bytes were altered, or that id names another key than the one that encrypted it"
         ) from None
-    head = bytearray(view[pos : pos + RECORDS_AT])
-    _LENGTH.pack_into(head, LENGTH_AT, header.batch_length - OVERHEAD)
-    head[ATTRIBUTES_AT + 1] &= ~ENCRYPTED_BIT & 0xFF
-    crc = crc32c(records, crc32c(memoryview(head)[ATTRIBUTES_AT:]))
-    _CRC.pack_into(head, CRC_AT, crc)
-    return bytes(head) + records
+    target[:RECORDS_AT] = view[pos : pos + RECORDS_AT]
+    _LENGTH.pack_into(target, LENGTH_AT, header.batch_length - OVERHEAD)
+    target[ATTRIBUTES_AT + 1] &= ~ENCRYPTED_BIT & 0xFF
+    _CRC.pack_into(target, CRC_AT, crc32c(target[ATTRIBUTES_AT:]))
+
+
+def _where(header: BatchHeader, partition: bytes) -> str:
+    return f"the batch at offset {header.base_offset} of {partition.decode(errors='replace')}"
 
 
 def _headers(data: Buffer) -> Iterator[tuple[int, BatchHeader]]:
@@ -238,31 +273,46 @@ def _headers(data: Buffer) -> Iterator[tuple[int, BatchHeader]]:
 
 def seal_all(
     keyring: Keyring, partition: bytes, data: Buffer, headers: list[BatchHeader], first_offset: int
-) -> tuple[bytes, list[BatchHeader]]:
+) -> tuple[bytearray, list[BatchHeader]]:
     """Seal a producer's checked batches (``headers``, laid back to back in ``data``)
-    that a leader stores from ``first_offset`` on."""
-    pieces: list[bytes] = []
-    out: list[BatchHeader] = []
-    pos, offset = 0, first_offset
+    that a leader stores from ``first_offset`` on, into one buffer."""
+    out = bytearray(len(data) + OVERHEAD * len(headers))
+    target, view = memoryview(out), memoryview(data)
+    stored: list[BatchHeader] = []
+    pos, at, offset = 0, 0, first_offset
     for header in headers:
-        sealed, stored = seal_batch(keyring, partition, data, pos, header, offset)
-        pieces.append(sealed)
-        out.append(stored)
+        size = header.size + OVERHEAD
+        stored.append(
+            _seal_into(keyring, partition, view, pos, header, offset, target[at : at + size])
+        )
         pos += header.size
+        at += size
         offset += header.last_offset_delta + 1
-    return b"".join(pieces), out
+    return out, stored
 
 
-def open_all(keyring: Keyring | None, partition: bytes, data: Buffer) -> bytes:
-    """The batches of ``data`` (checked, laid back to back) with every encrypted one opened."""
+def open_all(keyring: Keyring | None, partition: bytes, data: Buffer) -> bytearray:
+    """The batches of ``data`` (checked, laid back to back) with every encrypted one opened,
+    in one buffer."""
     view = memoryview(data)
-    pieces: list[Buffer] = []
-    for pos, header in _headers(data):
+    batches = list(_headers(data))
+    sealed = sum(1 for _, h in batches if h.attributes & ENCRYPTED_BIT)
+    out = bytearray(len(data) - OVERHEAD * sealed)
+    target = memoryview(out)
+    at = 0
+    for pos, header in batches:
         if header.attributes & ENCRYPTED_BIT:
-            pieces.append(open_batch(keyring, partition, view, pos, header))
+            if header.size < HEADER_SIZE + OVERHEAD:
+                raise DecryptionFailedError(
+                    f"{_where(header, partition)} is too short to be an encrypted batch"
+                )
+            size = header.size - OVERHEAD
+            _open_into(keyring, partition, view, pos, header, target[at : at + size])
         else:
-            pieces.append(view[pos : pos + header.size])
-    return b"".join(pieces)
+            size = header.size
+            target[at : at + size] = view[pos : pos + size]
+        at += size
+    return out
 
 
 def stored_key_id(batch: Buffer, pos: int = 0) -> int | None:

@@ -26,6 +26,13 @@ pass that first keeps them: that pass stamps the batch with a *delete horizon*
 after the horizon drops them. Records without a key cannot be compacted: the
 log refuses them on append, and the cleaner drops any it finds.
 
+Encrypted at rest (:mod:`mq.records.encryption`): a pass opens each batch with the
+log's keyring to read its keys, and seals every batch it writes with the newest
+key; a batch kept whole is copied as it is only if that key sealed it already,
+so a pass also moves a compacted log off older keys (and encrypts batches stored
+before encryption was on). Without the key of a batch in the range the pass
+fails, naming the key id, and the log stays as it was.
+
 The swap survives a crash at any point: the cleaned files are synced, then
 the manifest ``cleaner.swap`` (for each new segment, the old ones it
 replaces) is written atomically — the commit point —, the old files are
@@ -285,7 +292,7 @@ class CleanJob:
         rebuilt = rebuild_batch(header, kept, attributes=attributes, base_timestamp=base_timestamp)
         return False, self._seal(rebuilt, header), due
 
-    def _plain(self, buf: memoryview, pos: int, header: BatchHeader) -> memoryview | bytes:
+    def _plain(self, buf: memoryview, pos: int, header: BatchHeader) -> memoryview | bytearray:
         """The batch at ``pos``, opened if it is encrypted."""
         if header.attributes & ENCRYPTED_BIT:
             return open_batch(self.keyring, self.name, buf, pos, header)
@@ -302,7 +309,7 @@ class CleanJob:
         sealed, _ = seal_batch(
             self.keyring, self.name, batch, 0, parse_header(batch), header.base_offset
         )
-        return sealed
+        return bytes(sealed)  # the spool takes bytes
 
     def _check_cancelled(self) -> None:
         if self._cancelled.is_set():
