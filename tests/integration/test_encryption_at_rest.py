@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from broker_process import BrokerProcess
 
-from mq import Admin, Consumer, Producer, QueueClient, TopicPartition
+from mq import Admin, Consumer, Producer, QueueClient, QueueMessage, TopicPartition
 from mq.errors import EncryptionKeyNotFoundError
 from mq.storage.keyfile import add_key, read_keys
 from mq.storage.verify import dump_segment, partition_segments
@@ -102,6 +102,22 @@ async def workload(bootstrap: str) -> None:
         await q.nack(second, error=SECRETS["nack reason"].decode())  # dead-lettered
 
 
+async def reloaded(bootstrap: str) -> None:
+    """After a restart the broker's loaders read its internal topics back: the commit,
+    the queue's settled messages (nothing comes again) and the dead letter."""
+    async with Consumer(bootstrap=bootstrap, group_id=GROUP) as consumer:
+        assert await consumer.committed(TopicPartition(TOPIC, 0)) == 50
+    async with QueueClient(bootstrap=bootstrap) as q:
+        assert await q.receive(QUEUE, 10, 1.0) == []
+        dead: list[QueueMessage] = []
+        for _ in range(20):
+            dead += await q.receive(QUEUE + "-dlq", 10, 0.5)
+            if dead:
+                break
+        assert [m.body for m in dead] == [SECRETS["queue body"] + b"-2"]
+        assert SECRETS["nack reason"] in b"".join(v or b"" for _, v in dead[0].headers)
+
+
 def files_holding(data_dir: Path, needle: bytes) -> list[str]:
     return sorted(
         str(p.relative_to(data_dir))
@@ -130,6 +146,9 @@ async def test_no_known_plaintext_reaches_the_disk(tmp_path: Path, encrypted: bo
     try:
         async with asyncio.timeout(TEST_TIMEOUT_S):
             await workload(broker.bootstrap)
+        await asyncio.to_thread(broker.restart)
+        async with asyncio.timeout(TEST_TIMEOUT_S):
+            await reloaded(broker.bootstrap)
     finally:
         broker.stop()  # every segment synced and trimmed
     found = {name: files_holding(broker.data_dir, s) for name, s in SECRETS.items()}
