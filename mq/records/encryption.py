@@ -291,28 +291,40 @@ def seal_all(
     return out, stored
 
 
-def open_all(keyring: Keyring | None, partition: bytes, data: Buffer) -> bytearray:
+def open_all(
+    keyring: Keyring | None, partition: bytes, data: Buffer
+) -> tuple[bytearray, int | None]:
     """The batches of ``data`` (checked, laid back to back) with every encrypted one opened,
-    in one buffer."""
+    in one buffer; and None, or the offset where they stop short.
+
+    A batch that cannot be opened fails the call when it is the first; after the
+    first, the batches before it are returned with the offset it starts at, so a
+    reader gets everything up to it and meets the error (naming that batch) next.
+    """
     view = memoryview(data)
     batches = list(_headers(data))
     sealed = sum(1 for _, h in batches if h.attributes & ENCRYPTED_BIT)
     out = bytearray(len(data) - OVERHEAD * sealed)
     target = memoryview(out)
     at = 0
-    for pos, header in batches:
+    for n, (pos, header) in enumerate(batches):
         if header.attributes & ENCRYPTED_BIT:
-            if header.size < HEADER_SIZE + OVERHEAD:
-                raise DecryptionFailedError(
-                    f"{_where(header, partition)} is too short to be an encrypted batch"
-                )
             size = header.size - OVERHEAD
-            _open_into(keyring, partition, view, pos, header, target[at : at + size])
+            try:
+                if size < RECORDS_AT:
+                    raise DecryptionFailedError(
+                        f"{_where(header, partition)} is too short to be an encrypted batch"
+                    )
+                _open_into(keyring, partition, view, pos, header, target[at : at + size])
+            except (EncryptionKeyNotFoundError, DecryptionFailedError):
+                if n == 0:
+                    raise
+                return out[:at], header.base_offset  # a copy: views of ``out`` are alive
         else:
             size = header.size
             target[at : at + size] = view[pos : pos + size]
         at += size
-    return out
+    return out, None
 
 
 def stored_key_id(batch: Buffer, pos: int = 0) -> int | None:

@@ -454,11 +454,13 @@ class Log:
         return self.reveal(found)
 
     def reveal(self, found: Slice) -> Slice:
-        """``found`` with its encrypted batches opened (one AEAD call and one CRC each)."""
+        """``found`` with its encrypted batches opened (one AEAD call and one CRC each); cut
+        short before a batch that cannot be opened, unless it is the first (then it raises)."""
         if not found.encrypted:
             return found
-        plain = open_all(self.keyring, self.name, found.data)
-        return Slice(memoryview(plain).toreadonly(), found.first_offset, found.next_offset)
+        plain, stop = open_all(self.keyring, self.name, found.data)
+        next_offset = found.next_offset if stop is None else stop
+        return Slice(memoryview(plain).toreadonly(), found.first_offset, next_offset)
 
     def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
         """Headers of every batch from the one holding ``offset`` to the log end."""

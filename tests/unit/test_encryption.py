@@ -152,7 +152,8 @@ def test_the_newest_key_seals_and_every_key_opens() -> None:
     new = sealed(ring, plain_batch(), offset=3)
     assert stored_key_id(old) == 1
     assert stored_key_id(new) == 2
-    opened = open_all(ring, PART, old + new)
+    opened, stop = open_all(ring, PART, old + new)
+    assert stop is None
     assert opened[: len(old) - OVERHEAD] == plain_batch()
     assert parse_header(opened, len(old) - OVERHEAD).base_offset == 3
 
@@ -176,7 +177,7 @@ def test_seal_all_assigns_the_offsets_a_leader_stores_at() -> None:
     stored, out = seal_all(ring, PART, data, headers, 10)
     assert [h.base_offset for h in out] == [10, 12]
     assert sum(h.size for h in out) == len(stored) == len(data) + 2 * OVERHEAD
-    opened = open_all(ring, PART, stored)
+    opened, _ = open_all(ring, PART, stored)
     assert [
         h.base_offset for h in (parse_header(opened), parse_header(opened, headers[0].size))
     ] == [10, 12]
@@ -290,4 +291,13 @@ def test_rotation_keeps_old_batches_readable(tmp_path: Path) -> None:
     with pytest.raises(EncryptionKeyNotFoundError, match="key id 1"):
         log.read_plain(0, 1)
     assert log.read_plain(3, 1) is not None
+    log.close()
+    # key 2 gone: a read from 0 serves the batch under key 1 and stops before key 2's
+    log = Log.open(tmp_path / "orders-0", LogConfig(), keyring=Keyring({1: KEY1}))
+    plain = log.read_plain(0, 1 << 20)
+    assert plain is not None
+    assert plain.next_offset == 3
+    assert [r.offset for r in decode_records(plain.data)] == [0, 1, 2]
+    with pytest.raises(EncryptionKeyNotFoundError, match=r"offset 3 of orders-0.*key id 2"):
+        log.read_plain(3, 1 << 20)
     log.close()
