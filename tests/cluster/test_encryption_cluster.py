@@ -9,10 +9,12 @@ its followers store those encrypted too. No file of any broker holds the plainte
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from pathlib import Path
 
 import pytest
+import test_scrub_repair as rot
 from client_helpers import consume
 from cluster_helpers import CLUSTER_SETTINGS, partition_state, replica_batches, wait_until
 
@@ -93,3 +95,40 @@ async def test_followers_store_ciphertext_and_a_new_leader_serves_plaintext(tmp_
     assert _all_encrypted(a)
     assert _all_encrypted(replica_batches(cluster.brokers[old_leader].data_dir / f"{TOPIC}-0"))
     assert _files_holding(tmp_path / "cluster", SECRET) == []
+
+
+async def test_a_damaged_encrypted_follower_is_repaired_without_plaintext(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A byte flipped in an encrypting follower's sealed segment: the scrubber finds it
+    (the CRC covers the stored ciphertext), the follower truncates and fetches the
+    leader's encrypted batches again (a rewrite from consumer fetches would store them
+    in clear), and rejoins the ISR with the same stored batches as the others."""
+    monkeypatch.setenv("MQ_BROKER_VERBOSE", "1")  # the scrubber's pass lines
+    keys = tmp_path / "keys.toml"
+    add_key(keys)
+    cluster = LocalCluster(
+        tmp_path / "cluster",
+        3,
+        settings={**CLUSTER_SETTINGS, **rot.SCRUB, "encryption_key_file": str(keys)},
+        log_settings=rot.LOG_SETTINGS,
+    )
+    cluster.start()
+    try:
+        async with asyncio.timeout(TEST_TIMEOUT_S * 2):
+            await rot._fill(cluster)
+            leader, _ = await rot._isr(cluster)
+            follower = next(n for n in (1, 2, 3) if n != leader)
+            path = rot._flip(cluster, follower, None)
+            await rot._until_repaired(cluster, follower, path, time.monotonic())
+            assert any(
+                "truncating instead of rewriting" in line
+                for line in cluster.broker(follower).output
+            )
+            assert await rot._read_all(cluster.bootstrap) == list(range(rot.RECORDS))
+    finally:
+        await asyncio.to_thread(cluster.stop)
+    logs = [replica_batches(b.data_dir / f"{rot.TOPIC}-0") for b in cluster.brokers.values()]
+    assert logs[0] == logs[1] == logs[2]
+    assert _all_encrypted(logs[0])
+    assert _files_holding(tmp_path / "cluster", b"value-000123-") == []
