@@ -142,10 +142,6 @@ class Keyring:
         return newest
 
 
-def is_encrypted(header: BatchHeader) -> bool:
-    return bool(header.attributes & ENCRYPTED_BIT)
-
-
 def _aad(partition: bytes, stored: Buffer, pos: int) -> bytes:
     view = memoryview(stored)
     return b"".join(
