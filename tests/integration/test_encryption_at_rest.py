@@ -102,6 +102,16 @@ async def workload(bootstrap: str) -> None:
         await q.nack(second, error=SECRETS["nack reason"].decode())  # dead-lettered
 
 
+def storage_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mq_cli.main", "storage", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 async def reloaded(bootstrap: str) -> None:
     """After a restart the broker's loaders read its internal topics back: the commit,
     the queue's settled messages (nothing comes again) and the dead letter."""
@@ -156,6 +166,14 @@ async def test_no_known_plaintext_reaches_the_disk(tmp_path: Path, encrypted: bo
         assert found == {name: [] for name in SECRETS}
         assert set(key_ids(broker.data_dir / f"{TOPIC}-0")) == {1}
         assert set(key_ids(broker.data_dir / "__consumer_offsets-0")) == {1}
+        # the admin tools check the stored bytes with no key
+        verified = storage_cli("verify", str(broker.data_dir))
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+        assert verified.stdout.startswith("OK: ")
+        segment = partition_segments(broker.data_dir / f"{TOPIC}-0")[0]
+        dumped = storage_cli("dump", str(segment))
+        assert "none+key1" in dumped.stdout
+        assert "BAD" not in dumped.stdout
     else:  # the control: the same workload without a key leaves each secret on disk
         assert all(found.values()), found
 
