@@ -15,6 +15,11 @@ log as first argument, each called through the method of the same name:
 retention, delete-records and truncation in :mod:`mq.storage.retention`, and
 the log's side of compaction in :mod:`mq.storage.compaction`.
 
+Encryption at rest: a log opened with a :class:`~mq.records.encryption.Keyring`
+seals every batch :meth:`Log.append` takes (after its checks, before the
+segment sees it); :meth:`Log.read` returns what is stored (followers copy it as
+it is) and :meth:`Log.read_plain` the batches opened again.
+
 A failed write or sync is sticky: the log raises :class:`StorageError` from
 then on, for appends and reads alike, until it is reopened (which recovers it).
 
