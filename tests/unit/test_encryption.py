@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import stat
+import struct
 from pathlib import Path
 
 import pytest
+from crc32c import crc32c
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from mq.errors import (
     DecryptionFailedError,
@@ -301,3 +304,27 @@ def test_rotation_keeps_old_batches_readable(tmp_path: Path) -> None:
     with pytest.raises(EncryptionKeyNotFoundError, match=r"offset 3 of orders-0.*key id 2"):
         log.read_plain(3, 1 << 20)
     log.close()
+
+
+def test_the_stored_layout_byte_for_byte() -> None:
+    """The layout of mq.records.encryption's docstring, built here independently: the
+    clear header (bit 7 set, batchLength + 32, CRC of the stored bytes), key id, nonce,
+    AES-256-GCM of the records section with the documented associated data, tag."""
+    ring = Keyring({7: KEY1})
+    ring._nonce_start, ring._nonces = 0x0102030405060708090A0B0C, iter([0])  # type: ignore[assignment]
+    batch = plain_batch()
+    stored = sealed(ring, batch, offset=0x1122334455)
+    nonce = bytes(range(1, 13))
+    length = struct.unpack_from(">i", batch, 8)[0] + 32
+    attributes = struct.unpack_from(">h", batch, 21)[0] | 0x80
+    clear = (
+        struct.pack(">h", attributes) + batch[23:61] + struct.pack(">I", 7)
+    )  # attributes .. recordsCount, key id
+    aad = b"mq-batch-aead-v1\x00" + PART + b"\x00" + struct.pack(">q", 0x1122334455) + clear
+    body = clear + nonce + AESGCM(KEY1).encrypt(nonce, batch[61:], aad)
+    expected = (
+        struct.pack(">qiib", 0x1122334455, length, struct.unpack_from(">i", batch, 12)[0], 2)
+        + struct.pack(">I", crc32c(body))
+        + body
+    )
+    assert bytes(stored) == expected
