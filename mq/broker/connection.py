@@ -19,6 +19,9 @@ Two separate brakes (both bounded, both undone as soon as the cause goes):
   are parked is noticed at once and its polls are cancelled (they leave the
   partitions' waiter lists); past that bound, the sweep notices the close
   with a poll(2) of the socket for the peer's end (no read needed).
+- *The throttle brake* (issue 20, :mod:`mq.broker.throttling`): a client over its
+  quota gets its response with ``throttle_time_ms`` and then neither its frames
+  are dispatched nor its socket read for that long (Kafka's muted channel).
 - *Reading is paused* when those waiting frames reach their bound, when the
   broker-wide memory budget (:class:`~mq.broker.admission.MemoryBudget`)
   cannot cover the frame in progress (its declared length is reserved as soon
@@ -46,13 +49,16 @@ import asyncio
 import itertools
 import logging
 import select
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext
+from mq.broker.throttling import Timed, charge, needs_time
 from mq.errors import MQError, ProtocolError
 from mq.wire import apis_data
+from mq.wire.apis_quotas import THROTTLE_TIME_KEY
 from mq.wire.frames import NEED_DATA, Buffer, FrameDecoder
 from mq.wire.messages import (
     Request,
@@ -134,6 +140,9 @@ class Connection(asyncio.Protocol):
         self._closing = False
         self._lost = False
         self._linger: asyncio.TimerHandle | None = None
+        self._brake: asyncio.TimerHandle | None = None
+        self._brake_until = 0.0
+        """Until when the throttle brake holds this connection (quotas, issue 20)."""
         self.ctx = RequestContext(next(_connection_ids), "?")
 
     # -- asyncio.Protocol -----------------------------------------------------------
@@ -150,6 +159,18 @@ class Connection(asyncio.Protocol):
             self._transport.abort()
             return
         self._address = address
+        delay = self._server.connection_rate.admit(address, self._loop.time())
+        if delay > self._broker.config.quota_max_throttle_ms / 1000:
+            self._server.counts.release(address)
+            self._address = None
+            self._lost = True
+            self._server.log_refused(
+                "refused a connection from %s: above max_connection_creation_rate", self.ctx.peer
+            )
+            self._transport.abort()
+            return
+        if delay:
+            self._hold_back(delay)
         high = self._broker.config.max_queued_response_bytes
         self._transport.set_write_buffer_limits(high, high // RESUME_WRITING_FRACTION)
         self._server.connections.add(self)
@@ -164,6 +185,8 @@ class Connection(asyncio.Protocol):
         self._server.connections.discard(self)
         if self._linger is not None:
             self._linger.cancel()
+        if self._brake is not None:
+            self._brake.cancel()
         for task in self._tasks:
             task.cancel()
         self._budget.cancel(self)
@@ -224,17 +247,39 @@ class Connection(asyncio.Protocol):
             self._write(encode_error_response(envelope.correlation_id, exc))
             return
         self.ctx.client_id = request.client_id
-        task = self._loop.create_task(self._serve(handler, request))
+        task = self._loop.create_task(self._serve(handler, request, len(payload)))
         self._tasks.add(task)
         task.add_done_callback(self._request_done)
         if len(self._tasks) >= self._max_inflight:
             self._held_for.add("inflight")
 
-    async def _serve(self, handler: Handler, request: Request[Any]) -> None:
+    async def _serve(self, handler: Handler, request: Request[Any], size: int) -> None:
         cid = request.correlation_id
+        quotas = self._broker.client_quotas
+        resolved = (
+            quotas.resolved(self.ctx.principal, request.client_id)
+            if quotas.active and self.ctx.broker_id is None
+            else None
+        )
         try:
-            body = await handler(self._broker, self.ctx, request.body)
-            frame: bytes | list[Buffer] = encode_response_parts(cid, 0, body, self._max_frame)
+            work = handler(self._broker, self.ctx, request.body)
+            if resolved and needs_time(resolved):
+                timed = Timed(work)
+                body = await timed
+                started = time.perf_counter()
+                frame: bytes | list[Buffer] = encode_response_parts(cid, 0, body, self._max_frame)
+                loop_s = timed.spent + time.perf_counter() - started
+            else:
+                body = await work
+                frame = encode_response_parts(cid, 0, body, self._max_frame)
+                loop_s = 0.0
+            if resolved:
+                out = len(frame) if isinstance(frame, bytes) else sum(map(len, frame))
+                wait = charge(quotas, resolved, request.api, size, out, loop_s, self._loop.time())
+                if wait > 0:
+                    self._hold_back(wait)
+                    throttled = {**body, THROTTLE_TIME_KEY: int(wait * 1000 + 0.999)}
+                    frame = encode_response_parts(cid, 0, throttled, self._max_frame)
         except MQError as exc:
             frame = encode_error_response(cid, exc)
         except asyncio.CancelledError:
@@ -262,6 +307,23 @@ class Connection(asyncio.Protocol):
             return
         if len(self._tasks) < self._max_inflight:
             self._release_hold("inflight")
+
+    def _hold_back(self, seconds: float) -> None:
+        """The throttle brake: neither dispatch nor read for ``seconds`` from now."""
+        until = self._loop.time() + seconds
+        if until <= self._brake_until or self._lost:
+            return
+        self._brake_until = until
+        if self._brake is not None:
+            self._brake.cancel()
+        self._held_for.add("throttle")
+        self._set_reading("throttle", False)
+        self._brake = self._loop.call_at(until, self._release_brake)
+
+    def _release_brake(self) -> None:
+        self._brake = None
+        self._set_reading("throttle", True)
+        self._release_hold("throttle")
 
     def _release_hold(self, reason: str) -> None:
         if reason not in self._held_for:
