@@ -11,9 +11,11 @@ Two separate brakes (both bounded, both undone as soon as the cause goes):
 
 - *Dispatch is held* while ``max_inflight_requests`` requests are in progress
   or the responses queued in the socket are above ``max_queued_response_bytes``
-  (the transport's high water mark: its client does not read), and for the
-  rest of the loop's turn once :data:`DISPATCH_PER_TURN` requests started in it
-  (fairness between connections). Complete
+  (the transport's high water mark: its client does not read). A connection
+  with a request to start queues on the server's
+  :class:`~mq.broker.dispatch.Dispatcher`, which starts one request per
+  queued connection per turn of the loop, round robin over tenants (fairness
+  between connections and between tenants, issue 20). Complete
   frames then wait in the decoder; reading goes on until they reach
   ``max_pending_request_bytes``, so a client that closes while its long polls
   are parked is noticed at once and its polls are cancelled (they leave the
@@ -80,7 +82,8 @@ RESUME_WRITING_FRACTION = 4
 far enough below it that a connection does not flap between held and served."""
 
 DISPATCH_PER_TURN = 1
-"""Requests a connection may start per turn of the event loop; the rest of what it sent
+"""Requests a connection may start per turn of the event loop (the server's
+:class:`~mq.broker.dispatch.Dispatcher` enforces it); the rest of what it sent
 starts in later turns (it keeps its order). Tasks run in the order they were made, so a
 client that pipelines many expensive requests (64 metadata requests of 6 ms each) would
 otherwise put all of them ahead of every other client's next request; with one per
@@ -121,7 +124,9 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._address: str | None = None
         """The client's address once admitted (counted in the server's connection counts)."""
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], tuple[str, str]] = {}
+        """Requests in progress, each with the dispatch flow it counts against."""
+        self._dispatcher = server.dispatcher
         self._held_for: set[str] = set()
         """Why complete frames are not dispatched now ("inflight", "writing", "turn")."""
         self._reading_paused_for: set[str] = set()
@@ -183,6 +188,7 @@ class Connection(asyncio.Protocol):
         self._server.counts.release(self._address)
         self._address = None
         self._server.connections.discard(self)
+        self._dispatcher.forget(self)
         if self._linger is not None:
             self._linger.cancel()
         if self._brake is not None:
@@ -218,25 +224,39 @@ class Connection(asyncio.Protocol):
     # -- dispatch ---------------------------------------------------------------------
 
     def _pump(self) -> None:
-        """Dispatch the complete frames while nothing holds dispatch, then re-admit."""
+        """Queue for dispatch if a complete frame waits and nothing holds dispatch (a
+        framing error with no frame before it fails the connection now); re-admit."""
         decoder = self._decoder
-        quantum = DISPATCH_PER_TURN
         try:
-            while not self._held_for:
-                if not quantum and decoder.complete_bytes:  # the rest in the next turn
-                    self._held_for.add("turn")
-                    self._loop.call_soon(self._release_hold, "turn")
-                    break
-                payload = decoder.next_frame()  # raises a framing error behind the frames
-                if payload is NEED_DATA:
-                    break
-                self._dispatch(payload)
-                quantum -= 1
+            if not decoder.complete_bytes:
+                decoder.next_frame()  # NEED_DATA, or the framing error
         except ProtocolError as exc:
             self._fail(exc)
             return
+        if decoder.complete_bytes and not self._held_for:
+            ctx = self.ctx
+            self._dispatcher.want(self, (ctx.principal, ctx.client_id or ""))
         self._track_partial()
         self._account_input()
+
+    def dispatch_next(self) -> int:
+        """The dispatcher's call: start the next request; its size (0: none started)."""
+        if self._held_for or self._closing or self._lost:
+            return 0
+        try:
+            payload = self._decoder.next_frame()  # raises a framing error behind the frames
+            if payload is NEED_DATA:
+                return 0
+            self._dispatch(payload)  # ProtocolError: no trustworthy correlation id
+        except ProtocolError as exc:
+            self._fail(exc)
+            return 0
+        return len(payload)
+
+    def after_turn(self) -> None:
+        """The dispatcher's turn is over: queue again for the next one, re-admit."""
+        if not self._closing and not self._lost:
+            self._pump()
 
     def _dispatch(self, payload: bytes) -> None:
         envelope = unpack_request(payload)  # ProtocolError: no trustworthy correlation id
@@ -248,7 +268,9 @@ class Connection(asyncio.Protocol):
             return
         self.ctx.client_id = request.client_id
         task = self._loop.create_task(self._serve(handler, request, len(payload)))
-        self._tasks.add(task)
+        flow = (self.ctx.principal, request.client_id or "")
+        self._tasks[task] = flow
+        self._dispatcher.started(flow)
         task.add_done_callback(self._request_done)
         if len(self._tasks) >= self._max_inflight:
             self._held_for.add("inflight")
@@ -298,7 +320,9 @@ class Connection(asyncio.Protocol):
         self._write(frame)
 
     def _request_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
+        flow = self._tasks.pop(task, None)
+        if flow is not None:
+            self._dispatcher.finished(flow)
         if self._lost:
             return
         if self._closing:
@@ -364,9 +388,8 @@ class Connection(asyncio.Protocol):
                         self._budget.waiting,
                     )
         self._set_reading("budget", not self._waiting_budget)
-        self._set_reading(
-            "pending", not (self._held_for and decoder.complete_bytes >= self._max_pending)
-        )
+        # frames wait while dispatch is held or until the dispatcher's next turn
+        self._set_reading("pending", decoder.complete_bytes < self._max_pending)
 
     def budget_granted(self, size: int) -> None:
         """The budget gave this connection the ``size`` bytes it waited for."""

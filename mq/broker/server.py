@@ -32,6 +32,7 @@ from mq.broker.config import BrokerConfig
 from mq.broker.connection import Connection, Handler
 from mq.broker.context import RequestContext
 from mq.broker.coordinator import GroupCoordinator
+from mq.broker.dispatch import Dispatcher
 from mq.broker.offsets import OffsetStore
 from mq.broker.queues import ShareManager
 from mq.broker.throttling import ConnectionRate
@@ -142,6 +143,7 @@ class Server:
         self.budget = MemoryBudget(config.queued_max_bytes)
         self.counts = ConnectionCounts(config.max_connections, config.max_connections_per_ip)
         self.connection_rate = ConnectionRate(config.max_connection_creation_rate)  # issue 20
+        self.dispatcher = Dispatcher(config)  # fair dispatch between tenants (issue 20)
         self.log_refused = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
         self.log_close = RateLimitedLog(log, logging.INFO, LOG_INTERVAL_S)
         self.log_evicted = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)

@@ -49,6 +49,11 @@ class FairScheduler(Generic[F, T]):
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues.values())
 
+    @property
+    def flows(self) -> int:
+        """Flows with items that are not blocked."""
+        return len(self._active)
+
     def deficit(self, flow: F) -> int:
         return self._deficit.get(flow, 0)
 
