@@ -279,7 +279,7 @@ class Connection(asyncio.Protocol):
         cid = request.correlation_id
         quotas = self._broker.client_quotas
         resolved = (
-            quotas.resolved(self.ctx.principal, request.client_id)
+            quotas.resolved(self.ctx.principal, request.client_id, self._loop.time())
             if quotas.active and self.ctx.broker_id is None
             else None
         )

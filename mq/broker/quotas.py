@@ -62,8 +62,9 @@ RETRY_S: Final = 1.0
 ALTER_ATTEMPTS: Final = 10
 """Read-modify-write attempts of one entity's quotas against concurrent writers."""
 
-Resolved = dict[str, tuple[BucketKey, float]]
-"""Quota key → (bucket, rate) for one client: only the keys some entity sets."""
+Resolved = dict[str, ThrottleBucket]
+"""Quota key → the bucket it is charged to, for one client: only the keys some entity
+sets (buckets of a shared entity are shared; the rate is set at resolution)."""
 
 
 def pack_values(values: Mapping[str, float]) -> bytes:
@@ -86,7 +87,7 @@ class QuotaManager:
         self.max_throttle_s = config.quota_max_throttle_ms / 1000
         self.quotas: dict[Entity, dict[str, float]] = {}
         self.revision = 0
-        self._resolved: dict[tuple[str, str], Resolved] = {}
+        self._resolved: dict[tuple[str, str | None], Resolved] = {}
         self._buckets: dict[tuple[str, BucketKey], ThrottleBucket] = {}
         self._watch: asyncio.Task[None] | None = None
         self.changed = asyncio.Event()
@@ -169,28 +170,23 @@ class QuotaManager:
         """Whether any quota is configured (else :meth:`charge` is never needed)."""
         return bool(self.quotas)
 
-    def resolved(self, principal: str, client_id: str | None) -> Resolved:
-        """The quotas that apply to a client (cached until the configuration changes)."""
-        user = q.user_of(principal)
-        client = client_id or ""
-        found = self._resolved.get((user, client))
+    def resolved(self, principal: str, client_id: str | None, now: float) -> Resolved:
+        """The buckets of the quotas that apply to a client (cached until the
+        configuration changes)."""
+        found = self._resolved.get((principal, client_id))
         if found is None:
+            user = q.user_of(principal)
             found = {}
             for key in q.QUOTA_KEYS:
-                match = q.resolve(self.quotas, user, client, key)
+                match = q.resolve(self.quotas, user, client_id or "", key)
                 if match is not None:
-                    found[key] = match
+                    found[key] = self._bucket(key, *match, now)
             if len(self._resolved) >= MAX_RESOLVED:
                 self._resolved.clear()
-            self._resolved[(user, client)] = found
+            self._resolved[(principal, client_id)] = found
         return found
 
-    def charge(self, resolved: Resolved, key: str, amount: float, now: float) -> float:
-        """Record ``amount`` of ``key`` for a client; the seconds it must now wait."""
-        match = resolved.get(key)
-        if match is None:
-            return 0.0
-        bucket_key, rate = match
+    def _bucket(self, key: str, bucket_key: BucketKey, rate: float, now: float) -> ThrottleBucket:
         if key == q.REQUEST_PERCENTAGE:
             rate = rate / 100  # seconds of the loop per second
         bucket = self._buckets.get((key, bucket_key))
@@ -200,10 +196,21 @@ class QuotaManager:
             bucket = self._buckets[(key, bucket_key)] = ThrottleBucket(rate, now, self.burst_s)
         elif bucket.rate != rate:
             bucket.set_rate(rate, now)
-        return min(self.max_throttle_s, bucket.record(amount, now))
+        return bucket
+
+    def charge(self, resolved: Resolved, key: str, amount: float, now: float) -> float:
+        """Record ``amount`` of ``key`` for a client; the seconds it must now wait."""
+        bucket = resolved.get(key)
+        if bucket is None:
+            return 0.0
+        wait = bucket.record(amount, now)
+        return wait if wait < self.max_throttle_s else self.max_throttle_s
 
     def _prune(self, now: float) -> None:
+        """Drop the buckets out of debt (and the resolutions holding them: a client
+        resolved again shares its new bucket with the others of its entity)."""
         self._buckets = {k: b for k, b in self._buckets.items() if b.throttle_s(now) > 0}
+        self._resolved.clear()
 
     # -- reads and writes for the APIs -----------------------------------------------------
 

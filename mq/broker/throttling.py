@@ -30,12 +30,10 @@ MAX_ADDRESSES: Final = 65_536
 """Client addresses whose connection-creation buckets are kept; past it those not in
 debt are dropped (a dropped bucket comes back full: an address idle that long is)."""
 
-BYTE_QUOTAS: Final = {
-    apis_data.PRODUCE.key: q.PRODUCER_BYTE_RATE,
-    apis_data.FETCH.key: q.CONSUMER_BYTE_RATE,
-}
-"""The API whose bytes each byte-rate quota counts: the produce request's, the fetch
-response's (as Kafka counts them)."""
+_PRODUCE: Final = apis_data.PRODUCE.key
+"""producer_byte_rate counts the produce request's bytes (as Kafka does)."""
+_FETCH: Final = apis_data.FETCH.key
+"""consumer_byte_rate counts the fetch response's bytes."""
 
 
 class Timed:
@@ -86,12 +84,15 @@ def charge(
 ) -> float:
     """Record one request's cost for its client; the seconds it must wait (0: none)."""
     throttle = 0.0
-    byte_quota = BYTE_QUOTAS.get(api.key)
-    if byte_quota is not None and byte_quota in resolved:
-        amount = request_bytes if api.key == apis_data.PRODUCE.key else response_bytes
-        throttle = quotas.charge(resolved, byte_quota, amount, now)
-    if loop_s and q.REQUEST_PERCENTAGE in resolved:
-        throttle = max(throttle, quotas.charge(resolved, q.REQUEST_PERCENTAGE, loop_s, now))
+    key = api.key
+    if key == _PRODUCE:
+        throttle = quotas.charge(resolved, q.PRODUCER_BYTE_RATE, request_bytes, now)
+    elif key == _FETCH:
+        throttle = quotas.charge(resolved, q.CONSUMER_BYTE_RATE, response_bytes, now)
+    if loop_s:
+        loop_wait = quotas.charge(resolved, q.REQUEST_PERCENTAGE, loop_s, now)
+        if loop_wait > throttle:
+            throttle = loop_wait
     return throttle
 
 

@@ -34,7 +34,7 @@ second's worth at once (Kafka's default quota window is one second)."""
 class ThrottleBucket:
     """``rate`` units per second in bursts of ``rate * burst_s``; see the module docstring."""
 
-    __slots__ = ("_at", "_tokens", "burst_s", "rate")
+    __slots__ = ("_at", "_capacity", "_tokens", "burst_s", "rate")
 
     def __init__(self, rate: float, now: float, burst_s: float = DEFAULT_BURST_S) -> None:
         if rate <= 0:
@@ -43,12 +43,13 @@ class ThrottleBucket:
             raise ValueError(f"a bucket's burst must be positive, got {burst_s}")
         self.rate = float(rate)
         self.burst_s = float(burst_s)
-        self._tokens = self.rate * self.burst_s
+        self._capacity = self.rate * self.burst_s
+        self._tokens = self._capacity
         self._at = now
 
     @property
     def capacity(self) -> float:
-        return self.rate * self.burst_s
+        return self._capacity
 
     def tokens(self, now: float) -> float:
         """The units available at ``now`` (negative: the debt still to pay back)."""
@@ -59,9 +60,14 @@ class ThrottleBucket:
         """``amount`` units were used at ``now``; the seconds the user must now wait."""
         if amount < 0:
             raise ValueError(f"a bucket records non-negative amounts, got {amount}")
-        self._refill(now)
-        self._tokens -= amount
-        return self.throttle_s(now)
+        tokens = self._tokens
+        elapsed = now - self._at
+        if elapsed > 0:  # _refill, inline: this is once per request
+            tokens = min(self._capacity, tokens + elapsed * self.rate)
+            self._at = now
+        tokens -= amount
+        self._tokens = tokens
+        return -tokens / self.rate if tokens < 0 else 0.0
 
     def throttle_s(self, now: float) -> float:
         """Seconds from ``now`` until the bucket is out of debt (0 when it is not in debt)."""
@@ -79,10 +85,11 @@ class ThrottleBucket:
             if burst_s <= 0:
                 raise ValueError(f"a bucket's burst must be positive, got {burst_s}")
             self.burst_s = float(burst_s)
-        self._tokens = min(self._tokens, self.capacity)
+        self._capacity = self.rate * self.burst_s
+        self._tokens = min(self._tokens, self._capacity)
 
     def _refill(self, now: float) -> None:
         elapsed = now - self._at
         if elapsed > 0:  # a clock that steps back refills nothing (and takes nothing)
-            self._tokens = min(self.capacity, self._tokens + elapsed * self.rate)
+            self._tokens = min(self._capacity, self._tokens + elapsed * self.rate)
             self._at = now

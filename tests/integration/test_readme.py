@@ -23,7 +23,13 @@ import pytest
 from broker_process import BrokerProcess
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-SECTIONS = ("A short tour", "From Python", "Queues (SQS semantics on the log)", "Admin tools")
+SECTIONS = (
+    "A short tour",
+    "From Python",
+    "Queues (SQS semantics on the log)",
+    "Quotas and fair sharing",
+    "Admin tools",
+)
 """The README's sections whose examples run, in the order they run."""
 README_BOOTSTRAP = "127.0.0.1:9292"
 README_DATA_DIR = "mq-data"
