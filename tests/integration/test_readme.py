@@ -94,6 +94,8 @@ def test_the_extraction_finds_the_examples() -> None:
         ("From Python", "python"),
         ("Queues (SQS semantics on the log)", "sh"),
         ("Queues (SQS semantics on the log)", "python"),
+        ("Quotas and fair sharing", "sh"),
+        ("Quotas and fair sharing", "python"),
         ("Admin tools", "sh"),
     }
     assert [b.section for b in blocks][-1] == "Admin tools"
