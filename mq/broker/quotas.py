@@ -47,6 +47,7 @@ from mq.replication.store import (
     Put,
     WatchEvent,
 )
+from mq.wire.apis_quotas import MAX_QUOTA_ENTRIES
 
 if TYPE_CHECKING:
     from mq.broker.config import BrokerConfig
@@ -59,6 +60,9 @@ MAX_RESOLVED: Final = 100_000
 """(user, client id) pairs whose applicable quotas are remembered between changes."""
 RETRY_S: Final = 1.0
 """Pause before the watch of the quotas is started again after a store error."""
+MAX_ENTITIES: Final = MAX_QUOTA_ENTRIES
+"""Entities with quotas in the cluster: a describe of them all fits one response (the
+wire's bound); a new entity past it is refused (far more than any deployment names)."""
 ALTER_ATTEMPTS: Final = 10
 """Read-modify-write attempts of one entity's quotas against concurrent writers."""
 
@@ -238,6 +242,12 @@ class QuotaManager:
                 raise InvalidRequestError(str(exc)) from None
         if len({key for key, _ in ops}) != len(ops):
             raise InvalidRequestError("a quota key is changed twice for one entity")
+        adds = any(value is not None for _, value in ops)
+        if adds and ent not in self.quotas and len(self.quotas) >= MAX_ENTITIES:
+            raise InvalidRequestError(
+                f"{MAX_ENTITIES} entities have quotas already (the most a describe "
+                "returns): remove some first"
+            )
         if validate_only:
             return
         store_key = q.store_key(ent)
