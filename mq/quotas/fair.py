@@ -25,6 +25,11 @@ from __future__ import annotations
 from collections import deque
 from typing import Generic, TypeVar
 
+MAX_DEBTS = 100_000
+"""Flows without items whose debt is remembered (a flow overdraws by at most one
+request); past it those debts are forgiven, so flows that come and go (client ids
+that change with every connection) cannot grow the scheduler without bound."""
+
 F = TypeVar("F")
 T = TypeVar("T")
 
@@ -135,3 +140,5 @@ class FairScheduler(Generic[F, T]):
             self._leave_round(flow)
         if self._deficit.get(flow, 0) >= 0:
             self._deficit.pop(flow, None)
+        elif len(self._deficit) > MAX_DEBTS:
+            self._deficit = {f: d for f, d in self._deficit.items() if f in self._queues}

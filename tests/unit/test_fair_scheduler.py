@@ -219,3 +219,15 @@ class SchedulerMachine(stateful.RuleBasedStateMachine):
 
 TestSchedulerMachine = SchedulerMachine.TestCase
 TestSchedulerMachine.settings = settings(max_examples=150, stateful_step_count=60, deadline=None)
+
+
+def test_debts_of_departed_flows_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("mq.quotas.fair.MAX_DEBTS", 10)
+    fair: FairScheduler[int, int] = FairScheduler(quantum=10)
+    for flow in range(50):  # each overdraws once and leaves
+        fair.push(flow, 0)
+        got = fair.pop()
+        assert got == (flow, 0)
+        fair.charge(flow, 100)
+        assert fair.deficit(flow) <= 0
+    assert len(fair._deficit) <= 11
