@@ -6,7 +6,8 @@ client id)):
 
 * **A** (``tenant-a``, a child process): a producer sending 1 KiB records
   as fast as it can (``send_many``, 256 KiB batches, acks=1) to its own
-  topic and a consumer fetching that topic from the start, both flat out;
+  topic and a consumer fetching that topic from the start, both flat out
+  (``--a-pairs`` N such pairs: N times the connections, one tenant);
 * **B** (``mq-bench-latency``): W4 (:func:`benchmarks.latency.one_run`:
   ``--rate`` msg/s of 100 B for ``--seconds`` s after 1 s of warm-up,
   acks=all, every message checked exactly once and in order).
@@ -110,10 +111,24 @@ async def _tenant_a(
     await asyncio.gather(produce(), fetch())
 
 
-def tenant_a_process(
-    bootstrap: str, produced: Synchronized[int], fetched: Synchronized[int], stop: ProcessEvent
+async def _tenant_a_pairs(
+    bootstrap: str,
+    produced: Synchronized[int],
+    fetched: Synchronized[int],
+    stop: ProcessEvent,
+    pairs: int,
 ) -> None:
-    uvloop.run(_tenant_a(bootstrap, produced, fetched, stop))
+    await asyncio.gather(*(_tenant_a(bootstrap, produced, fetched, stop) for _ in range(pairs)))
+
+
+def tenant_a_process(
+    bootstrap: str,
+    produced: Synchronized[int],
+    fetched: Synchronized[int],
+    stop: ProcessEvent,
+    pairs: int = 1,
+) -> None:
+    uvloop.run(_tenant_a_pairs(bootstrap, produced, fetched, stop, pairs))
 
 
 # -- phases ----------------------------------------------------------------------------------
@@ -131,7 +146,12 @@ async def _prepare(bootstrap: str, quota: tuple[int, int] | None) -> None:
 
 
 def run_phase(
-    name: str, settings: Settings, noisy: bool, quota: tuple[int, int] | None, ramp_s: float
+    name: str,
+    settings: Settings,
+    noisy: bool,
+    quota: tuple[int, int] | None,
+    ramp_s: float,
+    pairs: int = 1,
 ) -> Phase:
     phase = Phase(name, quota is not None)
     spawn = multiprocessing.get_context("spawn")
@@ -146,7 +166,7 @@ def run_phase(
             if noisy:
                 child = spawn.Process(
                     target=tenant_a_process,
-                    args=(broker.bootstrap, produced, fetched, stop),
+                    args=(broker.bootstrap, produced, fetched, stop, pairs),
                     name="mq-tenant-a",
                     daemon=True,
                 )
@@ -267,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ramp", type=float, default=3.0, help="seconds A runs first")
     parser.add_argument("--produce-quota", type=int, default=4 * 1024 * 1024)
     parser.add_argument("--fetch-quota", type=int, default=4 * 1024 * 1024)
+    parser.add_argument(
+        "--a-pairs", type=int, default=1, help="A's producer+consumer pairs (connections)"
+    )
     parser.add_argument("--overhead", action="store_true", help="W1/W3, quotas vs none")
     parser.add_argument("--messages", type=int, default=200_000, help="--overhead: records")
     parser.add_argument("--size", type=int, default=100, help="--overhead: record bytes")
@@ -288,8 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     quota = (args.produce_quota, args.fetch_quota)
     phases = [
         run_phase("B alone", settings, False, None, 0),
-        run_phase("B + A unthrottled", settings, True, None, args.ramp),
-        run_phase("B + A under quota", settings, True, quota, args.ramp),
+        run_phase("B + A unthrottled", settings, True, None, args.ramp, args.a_pairs),
+        run_phase("B + A under quota", settings, True, quota, args.ramp, args.a_pairs),
         run_phase("B alone", settings, False, None, 0),
     ]
     report(phases, quota, args.json)
