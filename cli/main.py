@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "nack": ("queue", "Nack messages: delivered again after --delay (or dead-lettered)."),
     "produce": ("produce", "Send one message per line of stdin (or --file) to TOPIC."),
     "queue": ("queue", "Manage queues: topics read by share groups, with leases and..."),
+    "quota": ("quota", "Manage client quotas (per user, client id, or both)."),
     "receive": ("queue", "Receive up to --max-messages messages from QUEUE and print them."),
     "send": ("queue", "Send one message per line of stdin to QUEUE (all lines at once)."),
     "serve": ("serve", "Run a broker (a single node with the embedded defaults unless..."),

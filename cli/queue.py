@@ -64,6 +64,18 @@ def queue() -> None:
 @click.option("--dead-letter-queue", help="Where failed messages go (created if missing).")
 @click.option("--delay", type=SECONDS, default=0, show_default=True, help="Default send delay.")
 @click.option("--fifo", is_flag=True, help="In order per key: one in flight per key at a time.")
+@click.option(
+    "--receive-rate",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Messages/s a share group may receive per partition [no limit].",
+)
+@click.option(
+    "--max-in-flight",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Leased messages a share group may hold per partition [the broker's bound].",
+)
 @click.option("-r", "--replication-factor", type=click.IntRange(min=1), help="Replicas.")
 @click.option(
     "--if-not-exists", is_flag=True, help="Succeed if it exists (its settings unchanged)."

@@ -32,6 +32,7 @@ __version__ = "0.1.0.dev0"
 if TYPE_CHECKING:
     from mq.client import (
         Admin,
+        ClientQuota,
         Consumer,
         ConsumerRebalanceListener,
         ConsumerRecord,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
         QueueAttributes,
         QueueClient,
         QueueMessage,
+        QuotaEntity,
         Receipt,
         RecordFuture,
         RecordMetadata,
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "Admin": "mq.client",
+    "ClientQuota": "mq.client",
     "Consumer": "mq.client",
     "ConsumerRebalanceListener": "mq.client",
     "ConsumerRecord": "mq.client",
@@ -61,6 +64,7 @@ _LAZY = {
     "QueueAttributes": "mq.client",
     "QueueClient": "mq.client",
     "QueueMessage": "mq.client",
+    "QuotaEntity": "mq.client",
     "Receipt": "mq.client",
     "RecordFuture": "mq.client",
     "RecordMetadata": "mq.client",
@@ -75,6 +79,7 @@ _LAZY = {
 
 __all__ = [
     "Admin",
+    "ClientQuota",
     "Consumer",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
@@ -84,6 +89,7 @@ __all__ = [
     "QueueAttributes",
     "QueueClient",
     "QueueMessage",
+    "QuotaEntity",
     "Receipt",
     "RecordFuture",
     "RecordMetadata",

@@ -42,6 +42,7 @@ from mq.broker.log_cleaner import LogCleaner
 from mq.broker.partition import Partition
 from mq.broker.peers import Peers
 from mq.broker.producer_ids import ProducerIdAllocator
+from mq.broker.quotas import QuotaManager
 from mq.broker.replicas import ReplicaManager
 from mq.broker.scrubber import Scrubber
 from mq.broker.topic_configs import altered_configs, broker_count, check_min_insync
@@ -114,6 +115,7 @@ class Broker:
         self.isr = IsrManager(self)
         self.scrubber = Scrubber(self)
         self.peers = Peers(self)
+        self.client_quotas = QuotaManager(self.store, config)  # issue 20: started by Server
         self.catchup_bucket = TokenBucket(config.replication_catchup_bytes_per_s, time.monotonic())
         self.cleaner = LogCleaner(self.partitions, config.cleaner_backoff_ms)
         self.advertised: tuple[str, int] = (config.host, config.port)

@@ -199,6 +199,25 @@ class BrokerConfig:
     batches): past it the least recently written one is forgotten (as if expired). A
     partition seldom has more than a few hundred producers; Kafka has no such bound
     but rate-limits new producer ids (KIP-936)."""
+    # -- quotas and fair sharing (issue 20) --
+    quota_burst_ms: int = 1_000
+    """How much of its quota a client may use at once after being idle (its bucket's
+    depth in time; Kafka's one-second quota window)."""
+    quota_max_throttle_ms: int = 10_000
+    """The longest a throttled client is told to wait (and left unread) at once: well
+    under the clients' 30 s request timeout, so a pipelined request never times out
+    behind a throttle (Kafka caps its throttle at the quota window too)."""
+    max_connection_creation_rate: int = 0
+    """New connections per second accepted from one client address (Kafka's
+    ``max.connection.creation.rate``); past it a connection is accepted but not read
+    until the address is back under the rate (closed if that is more than
+    ``quota_max_throttle_ms`` away). 0: no limit."""
+    fair_quantum_bytes: int = 64 * 1024
+    """Deficit round robin over principals: the request bytes one principal's
+    connections may start per round before the next principal's turn."""
+    max_inflight_per_principal: int = 1_024
+    """Bulkhead: requests in progress at once for one principal over all its
+    connections; past it, its connections wait (others' requests do not)."""
     inter_broker_secret: str | None = field(default=None, repr=False)
     """The secret brokers of the cluster show each other (``broker_hello``) to be served
     the broker-only APIs (:mod:`mq.replication.hello`): the same on every broker, at
@@ -337,6 +356,12 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "unfinished_frame_timeout_ms": (1, MAX_DURATION_MS),
     "response_stall_timeout_ms": (1, MAX_DURATION_MS),
     "close_linger_ms": (1, MAX_DURATION_MS),
+    # quotas and fair sharing (issue 20)
+    "quota_burst_ms": (1, MAX_DURATION_MS),
+    "quota_max_throttle_ms": (1, MAX_DURATION_MS),
+    "max_connection_creation_rate": (0, 1 << 24),
+    "fair_quantum_bytes": (1, I32_MAX),
+    "max_inflight_per_principal": (1, 1 << 24),
     # files
     "max_open_files": (1, 1 << 24),
     "fd_reserve": (0, 1 << 24),

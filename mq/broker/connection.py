@@ -11,14 +11,19 @@ Two separate brakes (both bounded, both undone as soon as the cause goes):
 
 - *Dispatch is held* while ``max_inflight_requests`` requests are in progress
   or the responses queued in the socket are above ``max_queued_response_bytes``
-  (the transport's high water mark: its client does not read), and for the
-  rest of the loop's turn once :data:`DISPATCH_PER_TURN` requests started in it
-  (fairness between connections). Complete
+  (the transport's high water mark: its client does not read). A connection
+  with a request to start queues on the server's
+  :class:`~mq.broker.dispatch.Dispatcher`, which starts one request per
+  queued connection per turn of the loop, round robin over tenants (fairness
+  between connections and between tenants, issue 20). Complete
   frames then wait in the decoder; reading goes on until they reach
   ``max_pending_request_bytes``, so a client that closes while its long polls
   are parked is noticed at once and its polls are cancelled (they leave the
   partitions' waiter lists); past that bound, the sweep notices the close
   with a poll(2) of the socket for the peer's end (no read needed).
+- *The throttle brake* (issue 20, :mod:`mq.broker.throttling`): a client over its
+  quota gets its response with ``throttle_time_ms`` and then neither its frames
+  are dispatched nor its socket read for that long (Kafka's muted channel).
 - *Reading is paused* when those waiting frames reach their bound, when the
   broker-wide memory budget (:class:`~mq.broker.admission.MemoryBudget`)
   cannot cover the frame in progress (its declared length is reserved as soon
@@ -46,13 +51,16 @@ import asyncio
 import itertools
 import logging
 import select
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext
+from mq.broker.throttling import Timed, charge, needs_time
 from mq.errors import MQError, ProtocolError
 from mq.wire import apis_data
+from mq.wire.apis_quotas import THROTTLE_TIME_KEY
 from mq.wire.frames import NEED_DATA, Buffer, FrameDecoder
 from mq.wire.messages import (
     Request,
@@ -74,7 +82,8 @@ RESUME_WRITING_FRACTION = 4
 far enough below it that a connection does not flap between held and served."""
 
 DISPATCH_PER_TURN = 1
-"""Requests a connection may start per turn of the event loop; the rest of what it sent
+"""Requests a connection may start per turn of the event loop (the server's
+:class:`~mq.broker.dispatch.Dispatcher` enforces it); the rest of what it sent
 starts in later turns (it keeps its order). Tasks run in the order they were made, so a
 client that pipelines many expensive requests (64 metadata requests of 6 ms each) would
 otherwise put all of them ahead of every other client's next request; with one per
@@ -115,7 +124,9 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._address: str | None = None
         """The client's address once admitted (counted in the server's connection counts)."""
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], tuple[str, str]] = {}
+        """Requests in progress, each with the dispatch flow it counts against."""
+        self._dispatcher = server.dispatcher
         self._held_for: set[str] = set()
         """Why complete frames are not dispatched now ("inflight", "writing", "turn")."""
         self._reading_paused_for: set[str] = set()
@@ -134,6 +145,9 @@ class Connection(asyncio.Protocol):
         self._closing = False
         self._lost = False
         self._linger: asyncio.TimerHandle | None = None
+        self._brake: asyncio.TimerHandle | None = None
+        self._brake_until = 0.0
+        """Until when the throttle brake holds this connection (quotas, issue 20)."""
         self.ctx = RequestContext(next(_connection_ids), "?")
 
     # -- asyncio.Protocol -----------------------------------------------------------
@@ -150,6 +164,18 @@ class Connection(asyncio.Protocol):
             self._transport.abort()
             return
         self._address = address
+        delay = self._server.connection_rate.admit(address, self._loop.time())
+        if delay > self._broker.config.quota_max_throttle_ms / 1000:
+            self._server.counts.release(address)
+            self._address = None
+            self._lost = True
+            self._server.log_refused(
+                "refused a connection from %s: above max_connection_creation_rate", self.ctx.peer
+            )
+            self._transport.abort()
+            return
+        if delay:
+            self._hold_back(delay)
         high = self._broker.config.max_queued_response_bytes
         self._transport.set_write_buffer_limits(high, high // RESUME_WRITING_FRACTION)
         self._server.connections.add(self)
@@ -162,8 +188,11 @@ class Connection(asyncio.Protocol):
         self._server.counts.release(self._address)
         self._address = None
         self._server.connections.discard(self)
+        self._dispatcher.forget(self)
         if self._linger is not None:
             self._linger.cancel()
+        if self._brake is not None:
+            self._brake.cancel()
         for task in self._tasks:
             task.cancel()
         self._budget.cancel(self)
@@ -195,25 +224,39 @@ class Connection(asyncio.Protocol):
     # -- dispatch ---------------------------------------------------------------------
 
     def _pump(self) -> None:
-        """Dispatch the complete frames while nothing holds dispatch, then re-admit."""
+        """Queue for dispatch if a complete frame waits and nothing holds dispatch (a
+        framing error with no frame before it fails the connection now); re-admit."""
         decoder = self._decoder
-        quantum = DISPATCH_PER_TURN
         try:
-            while not self._held_for:
-                if not quantum and decoder.complete_bytes:  # the rest in the next turn
-                    self._held_for.add("turn")
-                    self._loop.call_soon(self._release_hold, "turn")
-                    break
-                payload = decoder.next_frame()  # raises a framing error behind the frames
-                if payload is NEED_DATA:
-                    break
-                self._dispatch(payload)
-                quantum -= 1
+            if not decoder.complete_bytes:
+                decoder.next_frame()  # NEED_DATA, or the framing error
         except ProtocolError as exc:
             self._fail(exc)
             return
+        if decoder.complete_bytes and not self._held_for:
+            ctx = self.ctx
+            self._dispatcher.want(self, (ctx.principal, ctx.client_id or ""))
         self._track_partial()
         self._account_input()
+
+    def dispatch_next(self) -> int:
+        """The dispatcher's call: start the next request; its size (0: none started)."""
+        if self._held_for or self._closing or self._lost:
+            return 0
+        try:
+            payload = self._decoder.next_frame()  # raises a framing error behind the frames
+            if payload is NEED_DATA:
+                return 0
+            self._dispatch(payload)  # ProtocolError: no trustworthy correlation id
+        except ProtocolError as exc:
+            self._fail(exc)
+            return 0
+        return len(payload)
+
+    def after_turn(self) -> None:
+        """The dispatcher's turn is over: queue again for the next one, re-admit."""
+        if not self._closing and not self._lost:
+            self._pump()
 
     def _dispatch(self, payload: bytes) -> None:
         envelope = unpack_request(payload)  # ProtocolError: no trustworthy correlation id
@@ -224,17 +267,41 @@ class Connection(asyncio.Protocol):
             self._write(encode_error_response(envelope.correlation_id, exc))
             return
         self.ctx.client_id = request.client_id
-        task = self._loop.create_task(self._serve(handler, request))
-        self._tasks.add(task)
+        task = self._loop.create_task(self._serve(handler, request, len(payload)))
+        flow = (self.ctx.principal, request.client_id or "")
+        self._tasks[task] = flow
+        self._dispatcher.started(flow)
         task.add_done_callback(self._request_done)
         if len(self._tasks) >= self._max_inflight:
             self._held_for.add("inflight")
 
-    async def _serve(self, handler: Handler, request: Request[Any]) -> None:
+    async def _serve(self, handler: Handler, request: Request[Any], size: int) -> None:
         cid = request.correlation_id
+        quotas = self._broker.client_quotas
+        resolved = (
+            quotas.resolved(self.ctx.principal, request.client_id, self._loop.time())
+            if quotas.active and self.ctx.broker_id is None
+            else None
+        )
         try:
-            body = await handler(self._broker, self.ctx, request.body)
-            frame: bytes | list[Buffer] = encode_response_parts(cid, 0, body, self._max_frame)
+            work = handler(self._broker, self.ctx, request.body)
+            if resolved and needs_time(resolved):
+                timed = Timed(work)
+                body = await timed
+                started = time.perf_counter()
+                frame: bytes | list[Buffer] = encode_response_parts(cid, 0, body, self._max_frame)
+                loop_s = timed.spent + time.perf_counter() - started
+            else:
+                body = await work
+                frame = encode_response_parts(cid, 0, body, self._max_frame)
+                loop_s = 0.0
+            if resolved:
+                out = len(frame) if isinstance(frame, bytes) else sum(map(len, frame))
+                wait = charge(quotas, resolved, request.api, size, out, loop_s, self._loop.time())
+                if wait > 0:
+                    self._hold_back(wait)
+                    throttled = {**body, THROTTLE_TIME_KEY: int(wait * 1000 + 0.999)}
+                    frame = encode_response_parts(cid, 0, throttled, self._max_frame)
         except MQError as exc:
             frame = encode_error_response(cid, exc)
         except asyncio.CancelledError:
@@ -253,7 +320,9 @@ class Connection(asyncio.Protocol):
         self._write(frame)
 
     def _request_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
+        flow = self._tasks.pop(task, None)
+        if flow is not None:
+            self._dispatcher.finished(flow)
         if self._lost:
             return
         if self._closing:
@@ -262,6 +331,23 @@ class Connection(asyncio.Protocol):
             return
         if len(self._tasks) < self._max_inflight:
             self._release_hold("inflight")
+
+    def _hold_back(self, seconds: float) -> None:
+        """The throttle brake: neither dispatch nor read for ``seconds`` from now."""
+        until = self._loop.time() + seconds
+        if until <= self._brake_until or self._lost:
+            return
+        self._brake_until = until
+        if self._brake is not None:
+            self._brake.cancel()
+        self._held_for.add("throttle")
+        self._set_reading("throttle", False)
+        self._brake = self._loop.call_at(until, self._release_brake)
+
+    def _release_brake(self) -> None:
+        self._brake = None
+        self._set_reading("throttle", True)
+        self._release_hold("throttle")
 
     def _release_hold(self, reason: str) -> None:
         if reason not in self._held_for:
@@ -302,9 +388,8 @@ class Connection(asyncio.Protocol):
                         self._budget.waiting,
                     )
         self._set_reading("budget", not self._waiting_budget)
-        self._set_reading(
-            "pending", not (self._held_for and decoder.complete_bytes >= self._max_pending)
-        )
+        # frames wait while dispatch is held or until the dispatcher's next turn
+        self._set_reading("pending", decoder.complete_bytes < self._max_pending)
 
     def budget_granted(self, size: int) -> None:
         """The budget gave this connection the ``size`` bytes it waited for."""

@@ -7,6 +7,11 @@ whoever the view says; while there is none, the call waits for one (bounded).
 Share groups write their state and dead letters to partitions led elsewhere
 through :meth:`Peers.call_leader`.
 
+Each peer address has a circuit breaker (:mod:`mq.replication.breakers`,
+issue 20): a peer that fails to connect or answer ``threshold`` times in a
+row fails further calls at once (NetworkError) until a cool-down has passed
+and a trial call succeeds, instead of each call waiting out its timeout.
+
 Thread safety: one event loop.
 """
 
@@ -17,7 +22,14 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mq.client.connection import Connection
-from mq.errors import LeaderNotAvailableError, NetworkError, NotControllerError
+from mq.errors import (
+    LeaderNotAvailableError,
+    MQError,
+    NetworkError,
+    NotControllerError,
+    RequestTimedOutError,
+)
+from mq.replication.breakers import Breakers
 from mq.replication.hello import open_broker_connection
 from mq.wire.registry import Api
 
@@ -33,6 +45,7 @@ class Peers:
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self._connections: dict[tuple[str, int], Connection] = {}
+        self.breakers = Breakers()
 
     async def call_controller(
         self, api: Api[Any, RespT], body: Any, here: Callable[[], Awaitable[RespT]]
@@ -52,8 +65,7 @@ class Peers:
             info = broker.view.brokers.get(controller.node_id) if controller else None
             if info is not None and controller is not None and controller.node_id != broker.node_id:
                 try:
-                    connection = await self._connection((info.host, info.port))
-                    return await connection.call(api, body, timeout_s=WAIT_S)
+                    return await self._call((info.host, info.port), api, body)
                 except NetworkError:
                     pass
             if loop.time() >= deadline:
@@ -68,8 +80,21 @@ class Peers:
         info = broker.view.brokers.get(state.leader) if state is not None else None
         if info is None or state is None:
             raise LeaderNotAvailableError(f"{topic}-{index} has no live leader")
-        connection = await self._connection((info.host, info.port))
-        return await connection.call(api, body, timeout_s=WAIT_S)
+        return await self._call((info.host, info.port), api, body)
+
+    async def _call(self, address: tuple[str, int], api: Api[Any, RespT], body: Any) -> RespT:
+        """One request to a peer, through its circuit breaker."""
+
+        async def send() -> RespT:
+            connection = await self._connection(address)
+            return await connection.call(api, body, timeout_s=WAIT_S)
+
+        return await self.breakers.call(
+            f"peer {address[0]}:{address[1]}",
+            send,
+            (NetworkError, RequestTimedOutError, OSError),
+            _unavailable,
+        )
 
     async def _connection(self, address: tuple[str, int]) -> Connection:
         found = self._connections.get(address)
@@ -85,3 +110,7 @@ class Peers:
         for connection in self._connections.values():
             connection.close()
         self._connections.clear()
+
+
+def _unavailable(message: str) -> MQError:
+    return NetworkError(message)

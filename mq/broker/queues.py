@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 from mq.broker import cluster_io
 from mq.broker.admission import RateLimitedLog
+from mq.broker.queue_limits import ReceiveRates
 from mq.broker.share_sessions import PRESSURE_MIN_IDLE_S, SessionLimits, SessionTable
 from mq.broker.share_store import ShareKey, ShareStateStore
 from mq.errors import (
@@ -136,6 +137,7 @@ class ShareManager:
         self._broker = broker
         config = broker.config
         self.store = ShareStateStore(broker, config.share_fence_entries)
+        self.receive_rates = ReceiveRates()
         self.limits = SessionLimits(
             config.max_share_sessions,
             config.max_share_groups_per_partition,
@@ -321,6 +323,7 @@ class ShareManager:
 
     def _close(self, session: Session) -> None:
         session.closed = True
+        self.receive_rates.forget(session.key)
         if self._sessions.get(session.key) is session:
             self._sessions.remove(session.key)
         session.wake()
@@ -372,10 +375,19 @@ class ShareManager:
         if session.closed or not partition.is_leader or partition.leader_epoch != session.epoch:
             raise NotLeaderOrFollowerError(f"{partition.name}: leadership moved")
         self._sessions.touch(session.key, time.monotonic())
+        now = time.monotonic()
+        allowed = self.receive_rates.allowance(session.key, session.configs, now)
+        if allowed is not None:  # queue.receive.max.per.sec (issue 20)
+            max_messages = min(max_messages, allowed)
+            if not max_messages:
+                return []
         self._fill(session, max_messages)
         share = session.share
         lease = lease_ms if lease_ms is not None else share.config.visibility_ms
-        return share.acquire(now_ms(), max_messages, lease, wanted, max_bytes)
+        got = share.acquire(now_ms(), max_messages, lease, wanted, max_bytes)
+        if allowed is not None:
+            self.receive_rates.took(session.key, len(got), now)
+        return got
 
     def records_of(self, session: Session, acquired: list[Acquired]) -> bytes:
         """The batches holding the acquired offsets (each batch once)."""
@@ -394,10 +406,16 @@ class ShareManager:
     def wait_for_visible(self, sessions: Iterable[Session]) -> list[asyncio.Future[None]]:
         """Futures that complete when any of ``sessions`` may have something to lease."""
         waiters: list[asyncio.Future[None]] = []
+        loop = asyncio.get_running_loop()
         for session in sessions:
             waiters.append(session.wait())
             if session.partition.is_leader:
                 waiters.append(session.partition.wait_for_data())
+            refill = self.receive_rates.wait_s(session.key, time.monotonic())
+            if refill is not None:  # held back by its receive rate: until it has a message
+                waiter: asyncio.Future[None] = loop.create_future()
+                loop.call_later(refill, _resolve, waiter)
+                waiters.append(waiter)
         return waiters
 
     # -- settle ---------------------------------------------------------------------------
@@ -591,3 +609,8 @@ def _dead_letter_record(key: ShareKey, record: RecordMeta, count: int, reason: s
 
 
 __all__ = ["Session", "ShareConfig", "ShareManager"]
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -23,6 +23,7 @@ from mq.broker import (
     handlers_data,
     handlers_groups,
     handlers_queues,
+    handlers_quotas,
     handlers_replication,
 )
 from mq.broker.admission import ConnectionCounts, MemoryBudget, RateLimitedLog
@@ -31,8 +32,10 @@ from mq.broker.config import BrokerConfig
 from mq.broker.connection import Connection, Handler
 from mq.broker.context import RequestContext
 from mq.broker.coordinator import GroupCoordinator
+from mq.broker.dispatch import Dispatcher
 from mq.broker.offsets import OffsetStore
 from mq.broker.queues import ShareManager
+from mq.broker.throttling import ConnectionRate
 from mq.errors import UnsupportedVersionError
 from mq.wire import (
     apis_cluster,
@@ -40,6 +43,7 @@ from mq.wire import (
     apis_data,
     apis_groups,
     apis_queues,
+    apis_quotas,
     apis_replication,
 )
 from mq.wire.messages import Request
@@ -107,6 +111,8 @@ HANDLERS: dict[int, Handler] = {
     apis_queues.QUEUE_RECEIVE.key: handlers_queues.queue_receive,
     apis_queues.QUEUE_ACK.key: handlers_queues.queue_ack,
     apis_queues.DESCRIBE_QUEUE.key: handlers_queues.describe_queue,
+    apis_quotas.DESCRIBE_CLIENT_QUOTAS.key: handlers_quotas.describe_client_quotas,
+    apis_quotas.ALTER_CLIENT_QUOTAS.key: handlers_quotas.alter_client_quotas,
 }
 
 
@@ -136,6 +142,8 @@ class Server:
         self.connections: set[Connection] = set()
         self.budget = MemoryBudget(config.queued_max_bytes)
         self.counts = ConnectionCounts(config.max_connections, config.max_connections_per_ip)
+        self.connection_rate = ConnectionRate(config.max_connection_creation_rate)  # issue 20
+        self.dispatcher = Dispatcher(config)  # fair dispatch between tenants (issue 20)
         self.log_refused = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
         self.log_close = RateLimitedLog(log, logging.INFO, LOG_INTERVAL_S)
         self.log_evicted = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
@@ -166,6 +174,7 @@ class Server:
         queues = ShareManager(self.broker)
         self.broker.queues = queues
         await self.broker.start()
+        await self.broker.client_quotas.start()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Connection(self), config.host, config.port, reuse_address=True, backlog=1024
@@ -194,6 +203,7 @@ class Server:
             await self.broker.queues.stop()
         if self.broker.coordinator is not None:
             await self.broker.coordinator.stop()
+        await self.broker.client_quotas.stop()
         await self.broker.stop()
 
     async def _sweep(self, interval_s: float) -> None:

@@ -19,6 +19,7 @@ Split by role, as aiokafka is (STYLE habit 11):
 """
 
 from mq.client.admin import Admin
+from mq.client.admin_quotas import ClientQuota, QuotaEntity
 from mq.client.consumer import Consumer
 from mq.client.futures import RecordFuture, SentRecords
 from mq.client.listener import ConsumerRebalanceListener
@@ -35,6 +36,7 @@ from mq.client.types import (
 
 __all__ = [
     "Admin",
+    "ClientQuota",
     "Consumer",
     "ConsumerRebalanceListener",
     "ConsumerRecord",
@@ -43,6 +45,7 @@ __all__ = [
     "QueueAttributes",
     "QueueClient",
     "QueueMessage",
+    "QuotaEntity",
     "Receipt",
     "RecordFuture",
     "RecordMetadata",

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
+from mq.client.admin_quotas import QuotaAdmin
 from mq.client.client import Client
 from mq.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, by_topic, list_offsets
 from mq.client.types import TopicPartition
@@ -163,7 +164,7 @@ def _partition_results(
     }
 
 
-class Admin:
+class Admin(QuotaAdmin):
     """Administrative operations on a cluster; see the module docstring."""
 
     def __init__(

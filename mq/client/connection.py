@@ -23,6 +23,13 @@ client does: once a response is overdue nothing later on the connection can be
 trusted to be in order. ``produce`` with ``acks=0`` gets no response at all;
 its future completes (with None) once the request is written.
 
+Throttling (quotas, issue 20): a response whose body carries
+``throttle_time_ms`` means the broker wants nothing more on this connection
+for that long (it does not read it meanwhile); the connection is then not
+:attr:`ready` until the time is up, so callers of :meth:`request` wait
+instead of sending requests that would sit unread (Kafka's KIP-219). A
+throttle is not a failure: nothing is retried and no breaker counts it.
+
 Not thread-safe: one event loop.
 """
 
@@ -41,6 +48,7 @@ from mq.errors import (
     UnsupportedVersionError,
 )
 from mq.wire.apis_core import API_VERSIONS
+from mq.wire.apis_quotas import THROTTLE_TIME_KEY
 from mq.wire.frames import FrameDecoder
 from mq.wire.limits import I32_MAX, MAX_FRAME_BYTES
 from mq.wire.messages import (
@@ -64,6 +72,9 @@ DEFAULT_REQUEST_TIMEOUT_S: Final = 30.0
 DEFAULT_CONNECT_TIMEOUT_S: Final = 10.0
 """How long a TCP connect plus the api_versions exchange may take."""
 CLIENT_SOFTWARE_NAME: Final = "mq-python"
+MAX_THROTTLE_S: Final = 60.0
+"""The longest throttle a response can impose on the client (a broker's bound is
+smaller); a larger value from a confused broker does not stall the client longer."""
 
 
 class _Pending(NamedTuple):
@@ -103,6 +114,10 @@ class Connection(asyncio.Protocol):
         self._room: asyncio.Future[None] | None = None
         self._closed: asyncio.Future[None] = self._loop.create_future()
         self._close_reason: BaseException | None = None
+        self._throttle: asyncio.TimerHandle | None = None
+        self._throttled_until = 0.0
+        self.throttled_ms = 0
+        """Total throttle time the broker asked of this connection (milliseconds)."""
         self.api_versions: dict[int, tuple[int, int]] = {}
         """API key → (min, max) version the broker supports, from api_versions."""
 
@@ -164,7 +179,11 @@ class Connection(asyncio.Protocol):
     @property
     def ready(self) -> bool:
         """Whether a request can be written now without exceeding a bound."""
-        return len(self._pending) < self.max_in_flight and not self._write_paused
+        return (
+            len(self._pending) < self.max_in_flight
+            and not self._write_paused
+            and self._throttle is None
+        )
 
     def close(self, reason: BaseException | None = None) -> None:
         """Close the connection; every pending request fails with NetworkError."""
@@ -300,6 +319,9 @@ class Connection(asyncio.Protocol):
         future, api, version, timer = entry
         if timer is not None:
             timer.cancel()
+        body = envelope.body
+        if type(body) is dict and THROTTLE_TIME_KEY in body:
+            self._throttled(body[THROTTLE_TIME_KEY])
         self._wake_room()
         if future.done():  # cancelled by its caller
             return
@@ -313,6 +335,23 @@ class Connection(asyncio.Protocol):
             future.set_result(response.body)
         else:
             future.set_exception(error)
+
+    def _throttled(self, ms: object) -> None:
+        """The broker asked for ``ms`` milliseconds of quiet on this connection."""
+        if type(ms) is not int or ms <= 0:
+            return
+        self.throttled_ms += ms
+        until = self._loop.time() + min(ms / 1000, MAX_THROTTLE_S)
+        if until <= self._throttled_until:
+            return
+        self._throttled_until = until
+        if self._throttle is not None:
+            self._throttle.cancel()
+        self._throttle = self._loop.call_at(until, self._throttle_over)
+
+    def _throttle_over(self) -> None:
+        self._throttle = None
+        self._wake_room()
 
     def _timed_out(self, cid: int) -> None:
         entry = self._pending.pop(cid, None)
@@ -335,6 +374,9 @@ class Connection(asyncio.Protocol):
     def _shut_down(self) -> None:
         if self._closed.done():
             return
+        if self._throttle is not None:
+            self._throttle.cancel()
+            self._throttle = None
         self._closed.set_result(None)
         pending, self._pending = self._pending, {}
         for entry in pending.values():

@@ -166,12 +166,17 @@ class QueueClient:
         fifo: bool = False,
         replication_factor: int = -1,
         exist_ok: bool = False,
+        receive_rate: int = 0,
+        max_in_flight: int = 0,
     ) -> bool:
         """Create the queue (and its dead-letter queue, if named and missing).
 
         Returns True if the queue was created. With ``exist_ok`` a topic of that name
         that already exists is no error (False is returned): as Kafka's
         ``--if-not-exists``, its settings are neither compared nor changed.
+        ``receive_rate`` (messages/s) and ``max_in_flight`` (leased messages) limit
+        each share group on each partition (0: no limit; not given to the dead-letter
+        queue).
         """
         configs = {
             qc.VISIBILITY: str(ms_of(visibility_timeout)),
@@ -180,6 +185,7 @@ class QueueClient:
             qc.DELAY: str(ms_of(delay)),
             qc.FIFO: "true" if fifo else "false",
         }
+        limits = {qc.RECEIVE_RATE: receive_rate, qc.MAX_IN_FLIGHT_CONFIG: max_in_flight}
         admin = await self._admin_client()
         if dead_letter_queue:
             if dead_letter_queue == name:
@@ -196,6 +202,7 @@ class QueueClient:
                 await admin.create_topic(
                     dead_letter_queue, partitions, replication_factor, dlq_configs
                 )
+        configs.update({key: str(value) for key, value in limits.items() if value})
         return await admin.create_topic(
             name, partitions, replication_factor, configs, exist_ok=exist_ok
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import math
 from collections.abc import AsyncGenerator, Awaitable
@@ -27,6 +28,8 @@ from urllib.parse import urlsplit
 import aetcd
 import aetcd.exceptions
 
+from mq.errors import MQError
+from mq.replication.breakers import Breakers
 from mq.replication.store import (
     CompactedError,
     Compare,
@@ -65,6 +68,8 @@ class EtcdStore(MetadataStore):
         self._root = root.rstrip("/")
         self._client: aetcd.Client | None = None
         self._keepalives: dict[int, asyncio.Task[None]] = {}
+        self._breakers = Breakers()
+        self._name = f"etcd {host}:{port}"
 
     @classmethod
     def from_url(cls, url: str, *, root: str = DEFAULT_ROOT) -> EtcdStore:
@@ -215,11 +220,27 @@ class EtcdStore(MetadataStore):
         return self._client
 
     async def _call(self, request: Awaitable[T]) -> T:
+        """Every request to etcd, through its circuit breaker (issue 20): while etcd keeps
+        failing, calls fail at once with MetadataStoreError instead of each waiting out
+        the client's timeout."""
+        try:
+            return await self._breakers.call(
+                self._name, lambda: self._send(request), (MetadataStoreError,), _unavailable
+            )
+        finally:
+            if inspect.iscoroutine(request):
+                request.close()  # not sent (failed fast): never awaited; else a no-op
+
+    async def _send(self, request: Awaitable[T]) -> T:
         try:
             return await request
         except aetcd.exceptions.ClientError as exc:
             _raise_if_cancelling(exc)
             raise MetadataStoreError(f"etcd at {self._host}:{self._port}: {exc}") from exc
+
+
+def _unavailable(message: str) -> MQError:
+    return MetadataStoreError(message)
 
 
 def _raise_if_cancelling(exc: Exception) -> None:

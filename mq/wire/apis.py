@@ -30,6 +30,8 @@ key   name                           purpose
 43    elect_leaders                  move leadership back to preferred leaders (on the controller)
 45    alter_partition_reassignments  start or cancel moves of partitions to new replicas
 46    list_partition_reassignments   the partition moves in progress
+48    describe_client_quotas         quotas per user / client id (and their defaults)
+49    alter_client_quotas            set or remove quotas; applied cluster-wide by a watch
 1000  replica_fetch                  a follower pulls from its leader (reads to the log end)
 1001  internal_append                a broker appends to an internal topic led elsewhere
 1002  broker_hello                   a connection proves it is a broker of this cluster
@@ -50,6 +52,7 @@ from mq.wire import (
     apis_data,
     apis_groups,
     apis_queues,
+    apis_quotas,
     apis_replication,
 )
 from mq.wire.registry import all_apis
@@ -65,7 +68,15 @@ RESERVED_KEYS: dict[int, str] = {
 """Keys set aside for later APIs, by the name each will be declared with: ACLs
 and SCRAM users (Kafka's keys), and group deletion."""
 
-AREAS = (apis_core, apis_data, apis_groups, apis_replication, apis_cluster, apis_queues)
+AREAS = (
+    apis_core,
+    apis_data,
+    apis_groups,
+    apis_replication,
+    apis_cluster,
+    apis_queues,
+    apis_quotas,
+)
 """The modules whose ``define_api`` calls make up the protocol."""
 
 __all__ = ["AREAS", "RESERVED_KEYS", "all_apis"]

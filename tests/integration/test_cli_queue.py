@@ -122,6 +122,8 @@ def test_create_list_and_describe(bootstrap: str) -> None:
         "queue.dead.letter.queue": f"{name}-dlq",
         "queue.delay.ms": "500",
         "queue.fifo": "true",
+        "queue.receive.max.per.sec": "0",
+        "queue.max.in.flight": "0",
     }
     text = ok(bootstrap, "queue", "describe", name, "--group", "other").decode()
     assert "group other" in text

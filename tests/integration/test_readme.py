@@ -23,7 +23,13 @@ import pytest
 from broker_process import BrokerProcess
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-SECTIONS = ("A short tour", "From Python", "Queues (SQS semantics on the log)", "Admin tools")
+SECTIONS = (
+    "A short tour",
+    "From Python",
+    "Queues (SQS semantics on the log)",
+    "Quotas and fair sharing",
+    "Admin tools",
+)
 """The README's sections whose examples run, in the order they run."""
 README_BOOTSTRAP = "127.0.0.1:9292"
 README_DATA_DIR = "mq-data"
@@ -88,6 +94,8 @@ def test_the_extraction_finds_the_examples() -> None:
         ("From Python", "python"),
         ("Queues (SQS semantics on the log)", "sh"),
         ("Queues (SQS semantics on the log)", "python"),
+        ("Quotas and fair sharing", "sh"),
+        ("Quotas and fair sharing", "python"),
         ("Admin tools", "sh"),
     }
     assert [b.section for b in blocks][-1] == "Admin tools"

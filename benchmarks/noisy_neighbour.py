@@ -1,0 +1,323 @@
+"""Noisy-neighbour benchmark: a quiet tenant's latency next to a greedy one (issue 20).
+
+Two tenants, told apart by client id (every client is ``User:ANONYMOUS``
+until authentication is on; quotas and fair dispatch key on (principal,
+client id)):
+
+* **A** (``tenant-a``, a child process): a producer sending 1 KiB records
+  as fast as it can (``send_many``, 256 KiB batches, acks=1) to its own
+  topic and a consumer fetching that topic from the start, both flat out
+  (``--a-pairs`` N such pairs: N times the connections, one tenant);
+* **B** (``mq-bench-latency``): W4 (:func:`benchmarks.latency.one_run`:
+  ``--rate`` msg/s of 100 B for ``--seconds`` s after 1 s of warm-up,
+  acks=all, every message checked exactly once and in order).
+
+Phases, each on a fresh broker process: B alone; B with A unthrottled; B
+with A under a quota (``--produce-quota`` / ``--fetch-quota`` bytes/s for
+client id ``tenant-a``); B alone again. B's p99 is reported as a ratio to the
+median of the solo p99s (goals: <= 2x with A unthrottled, <= 1.3x with A
+under its quota), and A's produce and fetch rates, measured over B's
+measured window (after A's ``--ramp``), against its quota (goal: within
+±10 %).
+
+``--overhead`` instead measures what quotas cost when configured but not
+reached: W1 (produce, ``send``) and W3 (consume) of
+:mod:`benchmarks.client` on two brokers side by side, one with no quota and
+one with every quota set far above the load (default client id), runs
+alternated; medians and the ratio (goal: <= 3 % slower).
+
+Usage::
+
+    python -m benchmarks.noisy_neighbour [--rate 1000] [--seconds 10] [--ramp 3]
+        [--produce-quota BYTES] [--fetch-quota BYTES] [--json]
+    python -m benchmarks.noisy_neighbour --overhead [--messages 200000] [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from multiprocessing.sharedctypes import Synchronized
+from multiprocessing.synchronize import Event as ProcessEvent
+from pathlib import Path
+
+import uvloop
+
+from benchmarks import client as w1w3
+from benchmarks.common import Broker
+from benchmarks.latency import Run, Settings, one_run
+from mq import Admin, Consumer, Producer, QuotaEntity, TopicPartition
+
+TENANT_A = "tenant-a"
+QUIET_TOPIC = "quiet"
+NOISY_TOPIC = "noisy"
+VALUE_BYTES = 1024
+SEND_MANY = 1_000
+A_STOP_S = 15.0
+"""How long tenant A's process gets to stop before it is killed."""
+HUGE_QUOTA = 1 << 40
+"""A quota no benchmark reaches (1 TiB/s), for --overhead."""
+
+
+@dataclass
+class Phase:
+    name: str
+    quota: bool = False
+    p50_ms: float = float("nan")
+    p99_ms: float = float("nan")
+    a_produce_bps: float = float("nan")
+    a_fetch_bps: float = float("nan")
+    verified: bool = False
+    problem: str = ""
+
+
+# -- tenant A ----------------------------------------------------------------------------
+
+
+async def _tenant_a(
+    bootstrap: str, produced: Synchronized[int], fetched: Synchronized[int], stop: ProcessEvent
+) -> None:
+    values = [bytes(VALUE_BYTES)] * SEND_MANY
+
+    async def produce() -> None:
+        async with Producer(
+            bootstrap, client_id=TENANT_A, acks=1, batch_size=256 * 1024, linger_ms=5
+        ) as producer:
+            while not stop.is_set():
+                sent = await producer.send_many(NOISY_TOPIC, values, partition=0)
+                await sent
+                with produced.get_lock():
+                    produced.value += VALUE_BYTES * SEND_MANY
+
+    async def fetch() -> None:
+        tp = TopicPartition(NOISY_TOPIC, 0)
+        async with Consumer(
+            bootstrap=bootstrap, client_id=TENANT_A, auto_offset_reset="earliest"
+        ) as consumer:
+            consumer.assign([tp])
+            while not stop.is_set():
+                got = await consumer.getmany_raw(timeout_ms=200)
+                size = sum(len(chunk.data) for chunk in got.values())
+                with fetched.get_lock():
+                    fetched.value += size
+
+    await asyncio.gather(produce(), fetch())
+
+
+async def _tenant_a_pairs(
+    bootstrap: str,
+    produced: Synchronized[int],
+    fetched: Synchronized[int],
+    stop: ProcessEvent,
+    pairs: int,
+) -> None:
+    await asyncio.gather(*(_tenant_a(bootstrap, produced, fetched, stop) for _ in range(pairs)))
+
+
+def tenant_a_process(
+    bootstrap: str,
+    produced: Synchronized[int],
+    fetched: Synchronized[int],
+    stop: ProcessEvent,
+    pairs: int = 1,
+) -> None:
+    uvloop.run(_tenant_a_pairs(bootstrap, produced, fetched, stop, pairs))
+
+
+# -- phases ----------------------------------------------------------------------------------
+
+
+async def _prepare(bootstrap: str, quota: tuple[int, int] | None) -> None:
+    async with Admin(bootstrap) as admin:
+        await admin.create_topic(QUIET_TOPIC, partitions=1)
+        await admin.create_topic(NOISY_TOPIC, partitions=1)
+        if quota is not None:
+            await admin.alter_client_quotas(
+                QuotaEntity(client_id=TENANT_A),
+                {"producer_byte_rate": quota[0], "consumer_byte_rate": quota[1]},
+            )
+
+
+def run_phase(
+    name: str,
+    settings: Settings,
+    noisy: bool,
+    quota: tuple[int, int] | None,
+    ramp_s: float,
+    pairs: int = 1,
+) -> Phase:
+    phase = Phase(name, quota is not None)
+    spawn = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="mq-noisy-") as data_dir:
+        broker = Broker(Path(data_dir))
+        stop = spawn.Event()
+        produced = spawn.Value("q", 0)
+        fetched = spawn.Value("q", 0)
+        child = None
+        try:
+            uvloop.run(_prepare(broker.bootstrap, quota))
+            if noisy:
+                child = spawn.Process(
+                    target=tenant_a_process,
+                    args=(broker.bootstrap, produced, fetched, stop, pairs),
+                    name="mq-tenant-a",
+                    daemon=True,
+                )
+                child.start()
+                time.sleep(ramp_s)
+            start = (time.monotonic(), produced.value, fetched.value)
+            try:
+                run: Run = one_run(broker, QUIET_TOPIC, settings, create=False)
+                phase.p50_ms, phase.p99_ms = run.p50_ms, run.p99_ms
+                phase.verified, phase.problem = run.verified, run.problem
+            except Exception as exc:  # the quiet client could not finish: that is the result
+                phase.problem = f"the quiet client failed: {exc!r}"
+            elapsed = time.monotonic() - start[0]
+            if noisy:
+                phase.a_produce_bps = (produced.value - start[1]) / elapsed
+                phase.a_fetch_bps = (fetched.value - start[2]) / elapsed
+        finally:
+            stop.set()
+            if child is not None:
+                child.join(A_STOP_S)
+                if child.is_alive():
+                    child.kill()
+                    child.join(5)
+            broker.stop()
+    return phase
+
+
+def report(phases: list[Phase], quota: tuple[int, int], as_json: bool) -> None:
+    solo = [p.p99_ms for p in phases if p.name == "B alone" and p.verified]
+    solo_p99 = statistics.median(solo) if solo else float("nan")
+    if as_json:
+        print(json.dumps({"solo_p99_ms": solo_p99, "phases": [asdict(p) for p in phases]}))
+        return
+    print(
+        "| phase | B p50 ms | B p99 ms | B p99 / solo | A produce MB/s (vs quota) "
+        "| A fetch MB/s (vs quota) | verified |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for p in phases:
+        ratio = p.p99_ms / solo_p99 if solo_p99 > 0 else float("nan")
+
+        def rate(bps: float, limit: int, quota_on: bool) -> str:
+            if bps != bps:
+                return "-"
+            text = f"{bps / 1e6:.2f}"
+            return f"{text} ({bps / limit - 1:+.0%})" if quota_on else text
+
+        print(
+            f"| {p.name} | {p.p50_ms:.2f} | {p.p99_ms:.2f} | {ratio:.2f} | "
+            f"{rate(p.a_produce_bps, quota[0], p.quota)} | "
+            f"{rate(p.a_fetch_bps, quota[1], p.quota)} | {'yes' if p.verified else 'NO'} |"
+        )
+    for p in phases:
+        if p.problem:
+            print(f"{p.name}: {p.problem}")
+
+
+# -- --overhead: W1/W3 with quotas configured but not reached ----------------------------------
+
+
+async def _w1_w3(bootstrap: str, topic: str, values: list[bytes]) -> tuple[float, float]:
+    async with Admin(bootstrap) as admin:
+        await admin.create_topic(topic, partitions=1)
+    seconds, _, ok = await w1w3.produce(bootstrap, topic, values)
+    read_s, _, read_ok = await w1w3.consume(bootstrap, topic, values)
+    if not (ok and read_ok):
+        raise RuntimeError(f"{topic}: the records did not check out")
+    return len(values) / seconds, len(values) / read_s
+
+
+async def _huge_quotas(bootstrap: str) -> None:
+    async with Admin(bootstrap) as admin:
+        await admin.alter_client_quotas(
+            QuotaEntity(default_client_id=True),
+            {
+                "producer_byte_rate": HUGE_QUOTA,
+                "consumer_byte_rate": HUGE_QUOTA,
+                "request_percentage": 100,
+            },
+        )
+
+
+def overhead(messages: int, size: int, runs: int, as_json: bool) -> None:
+    values = w1w3.payloads(messages, size)
+    figures: dict[str, dict[str, list[float]]] = {
+        v: {"W1": [], "W3": []} for v in ("no quotas", "quotas not reached")
+    }
+    with tempfile.TemporaryDirectory(prefix="mq-noisy-") as data_dir:
+        plain = Broker(Path(data_dir) / "plain")
+        quoted = Broker(Path(data_dir) / "quoted")
+        try:
+            uvloop.run(_huge_quotas(quoted.bootstrap))
+            for run in range(runs):
+                order = [("no quotas", plain), ("quotas not reached", quoted)]
+                for variant, broker in order if run % 2 == 0 else order[::-1]:
+                    w1, w3 = uvloop.run(_w1_w3(broker.bootstrap, f"bench-{run}", values))
+                    figures[variant]["W1"].append(w1)
+                    figures[variant]["W3"].append(w3)
+        finally:
+            plain.stop()
+            quoted.stop()
+    medians = {v: {w: statistics.median(xs) for w, xs in f.items()} for v, f in figures.items()}
+    if as_json:
+        print(json.dumps({"runs": figures, "medians": medians}))
+        return
+    print("| workload | no quotas msg/s | quotas not reached msg/s | cost |")
+    print("|---|---:|---:|---:|")
+    for workload in ("W1", "W3"):
+        none = medians["no quotas"][workload]
+        some = medians["quotas not reached"][workload]
+        print(f"| {workload} | {none:,.0f} | {some:,.0f} | {1 - some / none:+.1%} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rate", type=int, default=1_000, help="B's msg/s")
+    parser.add_argument("--seconds", type=float, default=10.0, help="B's measured duration")
+    parser.add_argument("--ramp", type=float, default=3.0, help="seconds A runs first")
+    parser.add_argument("--produce-quota", type=int, default=4 * 1024 * 1024)
+    parser.add_argument("--fetch-quota", type=int, default=4 * 1024 * 1024)
+    parser.add_argument(
+        "--a-pairs", type=int, default=1, help="A's producer+consumer pairs (connections)"
+    )
+    parser.add_argument("--overhead", action="store_true", help="W1/W3, quotas vs none")
+    parser.add_argument("--messages", type=int, default=200_000, help="--overhead: records")
+    parser.add_argument("--size", type=int, default=100, help="--overhead: record bytes")
+    parser.add_argument("--runs", type=int, default=5, help="--overhead: runs per variant")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.overhead:
+        overhead(args.messages, args.size, args.runs, args.json)
+        return 0
+    settings = Settings(
+        rate=args.rate,
+        seconds=args.seconds,
+        warmup=1.0,
+        size=100,
+        acks="all",
+        linger_ms=0.0,
+        fetch_max_wait_ms=500,
+    )
+    quota = (args.produce_quota, args.fetch_quota)
+    phases = [
+        run_phase("B alone", settings, False, None, 0),
+        run_phase("B + A unthrottled", settings, True, None, args.ramp, args.a_pairs),
+        run_phase("B + A under quota", settings, True, quota, args.ramp, args.a_pairs),
+        run_phase("B alone", settings, False, None, 0),
+    ]
+    report(phases, quota, args.json)
+    return 0 if all(p.verified for p in phases) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
