@@ -39,6 +39,7 @@ from mq.broker.catalog import (
 from mq.broker.config import BrokerConfig
 from mq.broker.isr import IsrManager
 from mq.broker.log_cleaner import LogCleaner
+from mq.broker.metrics import Meters
 from mq.broker.partition import Partition
 from mq.broker.peers import Peers
 from mq.broker.producer_ids import ProducerIdAllocator
@@ -120,6 +121,10 @@ class Broker:
         self.credentials = BrokerCredentials(self.node_id, b"")
         """What this broker shows the others, and what it asks of connections that say
         they are brokers (:mod:`mq.replication.hello`); the secret is loaded at start."""
+        self.metrics: Meters | None = (
+            Meters(config.metrics_max_labelled) if config.http_port is not None else None
+        )
+        """What the broker counts for ``/metrics`` (issue 21): only with an HTTP listener."""
         self.served_apis: frozenset[int] = frozenset()
         """API keys the server has handlers for (what api_versions advertises)."""
         self._lock_fd: int | None = None
