@@ -50,6 +50,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from mq.broker.audit import AUDITED_APIS
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext
 from mq.errors import MQError, ProtocolError
@@ -219,11 +220,14 @@ class Connection(asyncio.Protocol):
 
     def _dispatch(self, payload: bytes) -> None:
         envelope = unpack_request(payload)  # ProtocolError: no trustworthy correlation id
+        request: Request[Any] | None = None
         try:
             request = decode_request(envelope)
             handler = self._server.admit(request, self.ctx)
         except MQError as exc:
             self._write(encode_error_response(envelope.correlation_id, exc))
+            if request is not None and request.api.key in AUDITED_APIS:  # refused: audited
+                self._broker.audit.request(self.ctx, request, None, exc)
             if self._broker.metrics is not None:  # refused at the gate: counted too
                 api = api_by_key(envelope.api_key)
                 name = api.name if api is not None else "unknown"
@@ -240,12 +244,14 @@ class Connection(asyncio.Protocol):
         cid = request.correlation_id
         started = time.perf_counter()
         error = "none"
+        body: Any = None
+        failure: MQError | None = None
         try:
             body = await handler(self._broker, self.ctx, request.body)
             frame: bytes | list[Buffer] = encode_response_parts(cid, 0, body, self._max_frame)
         except MQError as exc:
             frame = encode_error_response(cid, exc)
-            error = exc.name
+            error, failure = exc.name, exc
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -257,6 +263,8 @@ class Connection(asyncio.Protocol):
             ctx = self.ctx
             elapsed = time.perf_counter() - started
             meters.request(request.api.name, error, elapsed, ctx.principal, ctx.client_id)
+        if request.api.key in AUDITED_APIS and self.ctx.broker_id is None:  # the audit layer
+            self._broker.audit.request(self.ctx, request, body, failure)
         if request.api is apis_data.PRODUCE:
             if request.body["acks"] == 0:
                 return  # acks=0: the producer expects no response
