@@ -9,10 +9,10 @@ from pathlib import Path
 
 import click
 import pytest
+from mq_cli.audit import since_ms
 
 from mq.broker.audit import AUDIT_DIR, MAX_LINE_BYTES, AuditLog, read_audit
 from mq.broker.context import RequestContext
-from mq_cli.audit import since_ms
 
 
 def ctx() -> RequestContext:
@@ -31,7 +31,8 @@ def test_rotation_keeps_at_most_max_files_and_reads_oldest_first(tmp_path: Path)
     numbers = [r["details"]["n"] for r in read]
     assert numbers == list(range(numbers[0], 100))  # the newest kept, in order
     assert 0 < numbers[0] < 100 - 2 * len(numbers) // 3  # older ones were rotated away
-    assert read[-1]["broker"] == 3 and read[-1]["client_id"] == "tool"
+    assert read[-1]["broker"] == 3
+    assert read[-1]["client_id"] == "tool"
 
 
 def test_huge_details_are_truncated(tmp_path: Path) -> None:
