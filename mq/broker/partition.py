@@ -45,6 +45,7 @@ from mq.errors import (
     StorageError,
     UnknownLeaderEpochError,
 )
+from mq.logs import partition_extra
 from mq.replication.placement import PartitionState
 from mq.replication.tracker import ReplicaTracker
 from mq.storage.checkpoint import read_high_watermark, write_high_watermark
@@ -154,6 +155,7 @@ class Partition:
             self.name,
             self.node_id,
             exc,
+            extra=partition_extra(self.topic, self.index),
         )
         self._step_down(Role.OFFLINE)
         if self.on_offline is not None:
