@@ -95,8 +95,6 @@ class IsrManager:
                 why,
                 extra=partition_extra(partition.topic, partition.index),
             )
-            if self._broker.metrics is not None:
-                self._broker.metrics.isr_changed(len(partition.isr), len(state.isr))
             if partition.apply_state(state, revision):
                 self._broker.replicas.apply_written(partition)
         except MQError as exc:

@@ -105,6 +105,9 @@ class Partition:
         """While set, no replica fetcher takes this partition (its repair truncates it)."""
         self.on_corrupt: Callable[[Partition, int, CorruptRecordError], None] | None = None
         """Told when a read meets a damaged batch (the broker's scrubber)."""
+        self.on_isr_change: Callable[[int, int], None] | None = None
+        """Told (ISR size before, after) when the ISR of a partition led here changes
+        within a leader epoch (written by this leader or by the controller)."""
         self.on_offline: Callable[[Partition], None] | None = None
         """Told (on the event loop, once) when a failed write or sync took the log
         offline: the broker hands leadership on and leaves the ISR."""
@@ -180,6 +183,8 @@ class Partition:
                 self._lead(state)
             else:
                 assert self.tracker is not None
+                if self.on_isr_change is not None and len(state.isr) != len(self.isr):
+                    self.on_isr_change(len(self.isr), len(state.isr))
                 if self.tracker.set_isr(state.isr, state.replicas, now_ms()):
                     self._high_watermark_moved()
         else:

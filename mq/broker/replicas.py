@@ -197,6 +197,7 @@ class ReplicaManager:
         partition.on_offline = broker.scrubber.log_offline
         if broker.metrics is not None:
             partition.log.on_flush = broker.metrics.flushed
+            partition.on_isr_change = broker.metrics.isr_changed
         partition.start()
         broker.partitions[(topic.name, index)] = partition
         self._configs[topic.name] = dict(topic.configs)

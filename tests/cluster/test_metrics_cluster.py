@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -85,7 +84,8 @@ async def test_isr_shrink_and_expand_are_counted(pair: LocalCluster) -> None:
     await wait_until(lambda: leader_says("mq_isr_expands_total", 1), WAIT_S, "an expansion")
     under = await asyncio.to_thread(gauge, urls[leader], "mq_partition_under_replicated", **labels)
     assert under == 0
-    deadline = time.monotonic() + WAIT_S
-    while not all(ready(u) for u in urls.values()) and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
-    assert all(ready(u) for u in urls.values())
+
+    async def all_ready() -> bool:
+        return all([await asyncio.to_thread(ready, u) for u in urls.values()])
+
+    await wait_until(all_ready, WAIT_S, "both brokers ready")
