@@ -17,6 +17,7 @@ from cluster_helpers import CLUSTER_SETTINGS, partition_state, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from mq import Admin, Producer
+from mq.broker.audit import read_audit
 from mq.local_cluster import LocalCluster
 
 pytestmark = pytest.mark.slow
@@ -89,3 +90,21 @@ async def test_isr_shrink_and_expand_are_counted(pair: LocalCluster) -> None:
         return all([await asyncio.to_thread(ready, u) for u in urls.values()])
 
     await wait_until(all_ready, WAIT_S, "both brokers ready")
+
+
+async def test_a_forwarded_admin_request_is_audited_once(pair: LocalCluster) -> None:
+    """create_topics goes to the controller (forwarded by the broker a client asked):
+    written by the broker the client asked, never a second time by the controller."""
+    for broker in pair.brokers.values():
+        async with Admin(bootstrap=broker.bootstrap, client_id=f"via-{broker.node_id}") as admin:
+            await admin.create_topic(f"audited-via-{broker.node_id}", partitions=1)
+    written = [
+        (r["resource"], r["result"], r["broker"], node)
+        for node, broker in pair.brokers.items()
+        for r in read_audit(broker.data_dir)
+        if r["resource"].startswith("topic:audited-")
+    ]
+    # one record per request, in the log of the broker that wrote it (one of them is the
+    # controller: the other forwarded its request there, which did not audit it again)
+    assert sorted(w[0] for w in written) == [f"topic:audited-via-{n}" for n in sorted(pair.brokers)]
+    assert all(result == "ok" and writer == node for _, result, writer, node in written)
