@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from broker_process import BrokerProcess
+from broker_process import BrokerProcess, LocalClusterError
 
 HTTP_TIMEOUT_S = 30.0
 
@@ -67,3 +67,12 @@ def test_without_http_port_there_is_no_http_listener(tmp_path: Path) -> None:
         assert not any("HTTP listening" in line for line in process.output)
     finally:
         process.stop()
+
+
+def test_an_http_port_in_use_is_a_clear_error(http_broker: BrokerProcess, tmp_path: Path) -> None:
+    taken = http_broker.http_port
+    assert taken is not None
+    process = BrokerProcess(tmp_path / "data", segment_bytes=16 << 20, http_port=taken)
+    with pytest.raises(LocalClusterError, match="cannot serve"):
+        process.start()
+    assert not process.alive
