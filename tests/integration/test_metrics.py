@@ -121,6 +121,10 @@ def test_topic_counters_and_group_lag(http_broker: BrokerProcess) -> None:
     usage = {"principal": "User:ANONYMOUS", "client_id": "metrics-test"}
     assert value(samples, "mq_client_records_in_total", **usage) >= total
     assert value(samples, "mq_client_requests_total", **usage) >= batches
+    consumed = matching(samples, "mq_client_records_out_total", principal="User:ANONYMOUS")
+    assert sum(consumed) >= total  # the consumer's fetches, whatever its client id
+    read_bytes = matching(samples, "mq_client_bytes_out_total", principal="User:ANONYMOUS")
+    assert sum(read_bytes) >= log_bytes
     # requests: one histogram per API, every produce counted, no error
     produced = value(samples, "mq_requests_total", api="produce", error="none")
     assert produced >= batches
