@@ -231,7 +231,8 @@ class Connection(asyncio.Protocol):
             if self._broker.metrics is not None:  # refused at the gate: counted too
                 api = api_by_key(envelope.api_key)
                 name = api.name if api is not None else "unknown"
-                self._broker.metrics.request(name, exc.name, 0.0, self.ctx.principal, None)
+                principal, client_id = self.ctx.principal, envelope.client_id
+                self._broker.metrics.request(name, exc.name, 0.0, principal, client_id)
             return
         self.ctx.client_id = request.client_id
         task = self._loop.create_task(self._serve(handler, request))
@@ -256,8 +257,9 @@ class Connection(asyncio.Protocol):
             raise
         except Exception:
             log.exception("%s from %s failed", request.api.name, self.ctx.peer)
-            frame = encode_error_response(cid, MQError(f"{request.api.name} failed on the broker"))
-            error = MQError.name
+            failure = MQError(f"{request.api.name} failed on the broker")
+            frame = encode_error_response(cid, failure)
+            error = failure.name
         meters = self._broker.metrics
         if meters is not None:  # the request's metrics: once, here, for every API
             ctx = self.ctx
