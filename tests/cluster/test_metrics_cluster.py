@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_helpers import CLUSTER_SETTINGS, partition_state, wait_until
+from cluster_helpers import CLUSTER_SETTINGS, metadata, partition_state, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from mq import Admin, Producer
@@ -46,9 +46,15 @@ def ready(url: str) -> bool:
 
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[LocalCluster]:
+    """Two brokers with HTTP listeners, both registered (seen in the metadata)."""
     made = LocalCluster(tmp_path / "cluster", 2, settings=CLUSTER_SETTINGS, http=True)
     made.start()
     try:
+
+        async def both_seen() -> bool:
+            return len((await metadata(made.bootstrap))["brokers"]) == 2
+
+        asyncio.run(wait_until(both_seen, WAIT_S, "both brokers registered"))
         yield made
     finally:
         made.stop()
