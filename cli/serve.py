@@ -5,7 +5,8 @@ listening on 127.0.0.1:9292, no etcd and no configuration file. With
 ``--metadata etcd://HOST:PORT --node-id N`` it joins a replicated cluster. On a signal it
 stops accepting, finishes in-flight appends, syncs and closes every segment.
 Once listening it prints ``mq listening on HOST:PORT`` (with the real port
-when ``--port 0`` asked for a free one), which scripts and tests wait for.
+when ``--port 0`` asked for a free one), which scripts and tests wait for; with
+``--http-port`` it prints ``mq HTTP listening on HOST:PORT`` just before it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from mq.broker.broker import Broker
 from mq.broker.config import DEFAULT_PORT, BrokerConfig
 from mq.broker.server import Server
 from mq.errors import MQError
+from mq.logs import use_json_logs
 
 
 @click.command()
@@ -46,6 +48,14 @@ from mq.errors import MQError
     "--encryption-key-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Encrypt record batches at rest with this key file's newest key [none].",
+    "--http-port",
+    type=click.IntRange(0, 65535),
+    help="Serve /metrics, /healthz, /readyz and the console on this port [off]; 0 picks one.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    help="Log lines as text or as JSON objects with stable fields [text].",
 )
 def serve(
     data_dir: Path | None,
@@ -55,6 +65,8 @@ def serve(
     metadata: str | None,
     node_id: int | None,
     encryption_key_file: Path | None,
+    http_port: int | None,
+    log_format: str | None,
 ) -> None:
     """Run a broker (a single node with the embedded defaults unless told otherwise)."""
     flags = {
@@ -64,12 +76,16 @@ def serve(
         "metadata": metadata,
         "node_id": node_id,
         "encryption_key_file": encryption_key_file,
+        "http_port": http_port,
+        "log_format": log_format,
     }
     try:
         if config_file is not None:
             config = BrokerConfig.from_file(config_file, **flags)
         else:
             config = BrokerConfig().with_overrides(**flags)
+        if config.log_format == "json":
+            use_json_logs(config.node_id)
         if config.malloc_trim_bytes:
             keep_freed_memory(config.malloc_trim_bytes)
         uvloop.run(_run(config))
@@ -92,6 +108,8 @@ async def _run(config: BrokerConfig) -> None:
     except BaseException:
         await server.stop()
         raise
+    if server.http is not None:  # before the line below, which scripts wait for
+        click.echo(f"mq HTTP listening on {server.http.host}:{server.http.port}", err=True)
     click.echo(f"mq listening on {host}:{port} (data in {config.data_dir})", err=True)
     try:
         await stop.wait()

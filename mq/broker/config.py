@@ -229,6 +229,28 @@ class BrokerConfig:
     with its newest key before they reach the disk, and every key in it decrypts. The
     same file on every broker; SIGHUP reloads it. None (the default): nothing is
     encrypted."""
+    # monitoring (issue 21): the HTTP listener, metrics, audit, logs
+    http_port: int | None = None
+    """Port of the broker's HTTP listener (``/metrics``, ``/healthz``, ``/readyz``, the
+    console), on the same host as the main listener; 0 picks a free one. None (the
+    default): no HTTP listener, and no metrics are counted (the quick start opens one
+    port only)."""
+    log_format: str = "text"
+    """``text`` (one human-readable line per record) or ``json`` (one JSON object per
+    line with stable fields: time, level, logger, broker, topic, partition, message;
+    :mod:`mq.logs`)."""
+    audit_max_bytes: int = 64 * MiB
+    """The audit log (``<data_dir>/audit/audit.log``, :mod:`mq.broker.audit`) rotates
+    past this size; with :attr:`audit_max_files` it bounds the disk the audit takes
+    (5 x 64 MiB: ~1 million admin operations of a few hundred bytes)."""
+    audit_max_files: int = 4
+    """Rotated audit files kept (``audit.log.1`` .. ``audit.log.N``) besides the current one."""
+    metrics_max_labelled: int = 1_000
+    """Label sets one metric family exports at most (topics, partitions, groups, queues,
+    principals and client ids): past it a counter folds new ones into ``__other__`` and a
+    scrape-time gauge leaves them out, both counted (``mq_metrics_label_overflow_total``,
+    ``mq_metrics_series_dropped``). 1,000 partitions x ~10 families is ~10,000 series, a
+    scrape of ~1 MB: what one Prometheus target should stay under."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -297,6 +319,14 @@ class BrokerConfig:
             raise InvalidConfigError(
                 f"inter_broker_secret must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes long"
             )
+        if self.http_port is not None and (
+            isinstance(self.http_port, bool)
+            or not isinstance(self.http_port, int)
+            or not 0 <= self.http_port <= 65_535
+        ):
+            raise InvalidConfigError(f"http_port must be 0..65535, got {self.http_port!r}")
+        if self.log_format not in ("text", "json"):
+            raise InvalidConfigError(f"log_format must be text or json, got {self.log_format!r}")
         if self.metadata is not None and not self.metadata.startswith("etcd://"):
             raise InvalidConfigError(f"metadata must be etcd://HOST:PORT, got {self.metadata!r}")
 
@@ -368,6 +398,9 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "max_segment_maps": (1, I32_MAX),
     "map_reserve": (0, I32_MAX),
     "max_partitions": (0, I32_MAX),
+    "metrics_max_labelled": (1, 1_000_000),
+    "audit_max_bytes": (1024, MAX_LOG_BYTES),
+    "audit_max_files": (1, 1_000),
     # state
     "group_max_size": (1, I32_MAX),
     "group_max_topics_per_member": (1, I32_MAX),

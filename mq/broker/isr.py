@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from mq.broker.partition import Partition
 from mq.errors import MQError
+from mq.logs import partition_extra
 from mq.replication import cluster_state
 
 if TYPE_CHECKING:
@@ -87,7 +88,13 @@ class IsrManager:
             if written is None:
                 return  # the state moved on (an election): the watch brings it
             state, revision = written
-            log.info("%s: ISR now %s (%s)", partition.name, list(state.isr), why)
+            log.info(
+                "%s: ISR now %s (%s)",
+                partition.name,
+                list(state.isr),
+                why,
+                extra=partition_extra(partition.topic, partition.index),
+            )
             if partition.apply_state(state, revision):
                 self._broker.replicas.apply_written(partition)
         except MQError as exc:

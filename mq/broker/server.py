@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mq.broker import (
     gate,
@@ -48,6 +48,9 @@ from mq.wire import (
 )
 from mq.wire.messages import Request
 from mq.wire.registry import Api
+
+if TYPE_CHECKING:
+    from mq.http.listener import HttpListener
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +152,10 @@ class Server:
         self.log_evicted = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
         self.log_budget = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
         self._server: asyncio.Server | None = None
+        self.http: HttpListener | None = None
+        """The HTTP listener (metrics, health, console) when ``http_port`` is set."""
+        if broker.metrics is not None:
+            broker.metrics.connections = self._open_connections
         self._sweeper: asyncio.Task[None] | None = None
 
     def admit(self, request: Request[Any], ctx: RequestContext) -> Handler:
@@ -184,11 +191,18 @@ class Server:
         await self.broker.join((config.host, port))
         await coordinator.start()
         await queues.start()
+        if config.http_port is not None:
+            from mq.http.listener import HttpListener  # aiohttp, prometheus: only if asked
+
+            self.http = HttpListener(self.broker, config.host, config.http_port)
+            await self.http.start()
         log.info("mq broker %d listening on %s:%d", config.node_id, host, port)
         return config.host, port
 
     async def stop(self) -> None:
         """Stop accepting, close connections, then close every partition cleanly."""
+        if self.http is not None:
+            await self.http.stop()
         if self._server is not None:
             self._server.close()
         if self._sweeper is not None:
@@ -205,6 +219,13 @@ class Server:
             await self.broker.coordinator.stop()
         await self.broker.client_quotas.stop()
         await self.broker.stop()
+
+    def _open_connections(self) -> dict[str, int]:
+        """Open connections per listener (``mq_connections``)."""
+        counts = {"mq": len(self.connections)}
+        if self.http is not None:
+            counts["http"] = self.http.open_connections()
+        return counts
 
     async def _sweep(self, interval_s: float) -> None:
         """Forever: every connection's :meth:`~mq.broker.connection.Connection.sweep`."""
