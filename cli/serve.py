@@ -48,6 +48,8 @@ from mq.logs import use_json_logs
     "--encryption-key-file",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Encrypt record batches at rest with this key file's newest key [none].",
+)
+@click.option(
     "--http-port",
     type=click.IntRange(0, 65535),
     help="Serve /metrics, /healthz, /readyz and the console on this port [off]; 0 picks one.",

@@ -45,8 +45,8 @@ from mq.errors import (
     StorageError,
     UnknownLeaderEpochError,
 )
-from mq.records.encryption import Keyring
 from mq.logs import partition_extra
+from mq.records.encryption import Keyring
 from mq.replication.placement import PartitionState
 from mq.replication.tracker import ReplicaTracker
 from mq.storage.checkpoint import read_high_watermark, write_high_watermark

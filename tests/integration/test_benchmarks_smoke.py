@@ -118,6 +118,8 @@ def test_encryption_at_rest_runs_both_variants_and_verifies() -> None:
     assert [r["workload"] for r in results] == ["W1 produce", "W1 produce send_many", "W3 consume"]
     assert all(r["verified"] for r in results)
     assert all(r["ratio"] > 0 and r["runs"] == 2 for r in results)
+
+
 def test_metrics_overhead_runs_both_variants_and_verifies() -> None:
     rows = run_benchmark("benchmarks.metrics_overhead", "--messages", "2000", "--runs", "2")
 
