@@ -5,7 +5,8 @@ listening on 127.0.0.1:9292, no etcd and no configuration file. With
 ``--metadata etcd://HOST:PORT --node-id N`` it joins a replicated cluster. On a signal it
 stops accepting, finishes in-flight appends, syncs and closes every segment.
 Once listening it prints ``mq listening on HOST:PORT`` (with the real port
-when ``--port 0`` asked for a free one), which scripts and tests wait for.
+when ``--port 0`` asked for a free one), which scripts and tests wait for; with
+``--http-port`` it prints ``mq HTTP listening on HOST:PORT`` just before it.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ from mq.errors import MQError
 @click.option(
     "--node-id", type=click.IntRange(0, 2**31 - 1), help="This broker's id in the cluster [0]."
 )
+@click.option(
+    "--http-port",
+    type=click.IntRange(0, 65535),
+    help="Serve /metrics, /healthz, /readyz and the console on this port [off]; 0 picks one.",
+)
 def serve(
     data_dir: Path | None,
     host: str | None,
@@ -49,6 +55,7 @@ def serve(
     config_file: Path | None,
     metadata: str | None,
     node_id: int | None,
+    http_port: int | None,
 ) -> None:
     """Run a broker (a single node with the embedded defaults unless told otherwise)."""
     flags = {
@@ -57,6 +64,7 @@ def serve(
         "port": port,
         "metadata": metadata,
         "node_id": node_id,
+        "http_port": http_port,
     }
     try:
         if config_file is not None:
@@ -83,6 +91,8 @@ async def _run(config: BrokerConfig) -> None:
     except BaseException:
         await server.stop()
         raise
+    if server.http is not None:  # before the line below, which scripts wait for
+        click.echo(f"mq HTTP listening on {server.http.host}:{server.http.port}", err=True)
     click.echo(f"mq listening on {host}:{port} (data in {config.data_dir})", err=True)
     try:
         await stop.wait()

@@ -50,9 +50,10 @@ failure message, and a long-running ``mq cluster up`` does not grow without boun
 MAX_PORT_ATTEMPTS = 100
 """Tries to find a free port that no process of the cluster uses yet."""
 HOST = "127.0.0.1"
-NODE_KEYS = frozenset({"data_dir", "host", "port", "node_id", "metadata"})
+NODE_KEYS = frozenset({"data_dir", "host", "port", "node_id", "metadata", "http_port"})
 """Broker settings that belong to one node, which a cluster sets itself."""
 _LISTENING = re.compile(r"mq listening on (\S+):(\d+)")
+_HTTP_LISTENING = re.compile(r"mq HTTP listening on (\S+):(\d+)")
 
 Setting = int | float | str | bool
 
@@ -212,6 +213,7 @@ class BrokerProcess:
         new_session: bool = False,
         host: str | None = None,
         nofile: int | None = None,
+        http_port: int | None = None,
     ) -> None:
         """``settings`` are top-level broker settings of the config file; ``log_settings``
         its ``[log]`` table (``segment_bytes`` is a shorthand for ``segment.bytes``).
@@ -221,7 +223,9 @@ class BrokerProcess:
         a terminal's Ctrl-C from reaching the broker. ``host`` (a loopback address)
         becomes ``--host``: the broker listens there and advertises it; None leaves
         the broker's default (127.0.0.1). ``nofile`` sets the process's
-        ``RLIMIT_NOFILE`` (soft and hard) before it runs."""
+        ``RLIMIT_NOFILE`` (soft and hard) before it runs. ``http_port`` becomes
+        ``--http-port`` (0: a free one; the port bound is :attr:`http_port` once it
+        listens, kept across restarts)."""
         self.data_dir = data_dir
         self.node_id = node_id
         self.metadata = metadata
@@ -235,6 +239,7 @@ class BrokerProcess:
         self.nofile = nofile
         self.host = host or HOST
         self.port = port
+        self.http_port = http_port
         self.proc: subprocess.Popen[bytes] | None = None
         self.paused = False
         self._reader = threading.Thread()
@@ -244,6 +249,12 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def http_url(self) -> str:
+        """``http://HOST:PORT`` of the broker's HTTP listener (started with ``http_port``)."""
+        assert self.http_port is not None, "started without http_port"
+        return f"http://{self.host}:{self.http_port}"
 
     @property
     def pid(self) -> int:
@@ -269,6 +280,8 @@ class BrokerProcess:
             args += ["--node-id", str(self.node_id)]
         if self.metadata is not None:
             args += ["--metadata", self.metadata]
+        if self.http_port is not None:
+            args += ["--http-port", str(self.http_port)]
         if self.settings or self.log_settings:
             config = self.data_dir.with_name(self.data_dir.name + ".toml")
             config.parent.mkdir(parents=True, exist_ok=True)
@@ -350,6 +363,9 @@ class BrokerProcess:
         self.output.append(line)
         if len(self.output) > 2 * MAX_OUTPUT_LINES:
             del self.output[:-MAX_OUTPUT_LINES]
+        http = _HTTP_LISTENING.search(line)
+        if http:  # printed just before the line below
+            self.http_port = int(http.group(2))
         found = _LISTENING.search(line)
         if found:
             self.host, self.port = found.group(1), int(found.group(2))
@@ -430,12 +446,14 @@ class LocalCluster:
         new_session: bool = False,
         hosts: Sequence[str] | None = None,
         etcd_host: str = HOST,
+        http: bool = False,
     ) -> None:
         """``port_base`` P puts broker N on port P+N-1 (0: free ports); ``new_session``
         puts every process in a session of its own, so that only :meth:`stop` stops them.
         ``hosts`` gives broker N its own loopback address ``hosts[N-1]`` (it listens
         there and advertises it, so that a fault can single it out); None keeps every
-        broker on 127.0.0.1. ``etcd_host`` is etcd's address."""
+        broker on 127.0.0.1. ``etcd_host`` is etcd's address. ``http`` gives every broker
+        an HTTP listener on a free port (:attr:`BrokerProcess.http_url`)."""
         if nodes < 1:
             raise ValueError(f"a cluster needs at least one node, not {nodes}")
         clashing = NODE_KEYS & set(settings or {})
@@ -449,6 +467,7 @@ class LocalCluster:
         self.port_base = port_base
         self.new_session = new_session
         self.hosts = None if hosts is None else list(hosts)
+        self.http = http
         if hosts is None and etcd_host == HOST:  # all held at once: distinct ports
             ports = free_ports(2 + (0 if port_base else nodes))
         else:  # each process on its own address: free ports there
@@ -484,6 +503,7 @@ class LocalCluster:
             log_path=self.base_dir / f"node-{node_id}.log",
             new_session=self.new_session,
             host=self.host_of(node_id),
+            http_port=0 if self.http else None,
         )
 
     @property

@@ -204,6 +204,12 @@ class BrokerConfig:
     the broker-only APIs (:mod:`mq.replication.hello`): the same on every broker, at
     least 16 bytes. None (the default): a random one, made by the cluster's first
     broker and kept in the metadata store. Never logged."""
+    # monitoring (issue 21): the HTTP listener, metrics, audit, logs
+    http_port: int | None = None
+    """Port of the broker's HTTP listener (``/metrics``, ``/healthz``, ``/readyz``, the
+    console), on the same host as the main listener; 0 picks a free one. None (the
+    default): no HTTP listener, and no metrics are counted (the quick start opens one
+    port only)."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -272,6 +278,12 @@ class BrokerConfig:
             raise InvalidConfigError(
                 f"inter_broker_secret must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes long"
             )
+        if self.http_port is not None and (
+            isinstance(self.http_port, bool)
+            or not isinstance(self.http_port, int)
+            or not 0 <= self.http_port <= 65_535
+        ):
+            raise InvalidConfigError(f"http_port must be 0..65535, got {self.http_port!r}")
         if self.metadata is not None and not self.metadata.startswith("etcd://"):
             raise InvalidConfigError(f"metadata must be etcd://HOST:PORT, got {self.metadata!r}")
 

@@ -34,6 +34,7 @@ from mq.broker.coordinator import GroupCoordinator
 from mq.broker.offsets import OffsetStore
 from mq.broker.queues import ShareManager
 from mq.errors import UnsupportedVersionError
+from mq.http.listener import HttpListener
 from mq.wire import (
     apis_cluster,
     apis_core,
@@ -141,6 +142,8 @@ class Server:
         self.log_evicted = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
         self.log_budget = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
         self._server: asyncio.Server | None = None
+        self.http: HttpListener | None = None
+        """The HTTP listener (metrics, health, console) when ``http_port`` is set."""
         self._sweeper: asyncio.Task[None] | None = None
 
     def admit(self, request: Request[Any], ctx: RequestContext) -> Handler:
@@ -175,11 +178,16 @@ class Server:
         await self.broker.join((config.host, port))
         await coordinator.start()
         await queues.start()
+        if config.http_port is not None:
+            self.http = HttpListener(self.broker, config.host, config.http_port)
+            await self.http.start()
         log.info("mq broker %d listening on %s:%d", config.node_id, host, port)
         return config.host, port
 
     async def stop(self) -> None:
         """Stop accepting, close connections, then close every partition cleanly."""
+        if self.http is not None:
+            await self.http.stop()
         if self._server is not None:
             self._server.close()
         if self._sweeper is not None:

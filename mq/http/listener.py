@@ -1,0 +1,57 @@
+"""The HTTP listener: serves :func:`mq.http.app.make_app` on the broker's host.
+
+Bound to the main listener's host (so a broker on 127.0.0.1 exposes nothing
+else), on ``http_port`` (0: a free port, see :attr:`HttpListener.port`). It runs
+on the broker's event loop: its handlers must stay short (reads of in-memory
+state, no blocking calls).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from mq.broker.broker import Broker
+from mq.http.app import make_app
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_TIMEOUT_S = 2.0
+"""How long stopping waits for HTTP requests in progress (scrapes take milliseconds)."""
+KEEPALIVE_TIMEOUT_S = 75.0
+"""An idle keep-alive HTTP connection is closed after this long (aiohttp's default;
+a scraper every 15 s keeps one connection)."""
+
+
+class HttpListener:
+    """The broker's HTTP server; :meth:`start` binds, :meth:`stop` closes."""
+
+    def __init__(self, broker: Broker, host: str, port: int) -> None:
+        self.broker = broker
+        self.host = host
+        self.port = port
+        """The port asked for until :meth:`start`; then the port actually bound."""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> tuple[str, int]:
+        """Bind and serve; the address actually bound."""
+        runner = web.AppRunner(
+            make_app(self.broker),
+            access_log=None,  # a scraper every second must not fill the log
+            shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+            keepalive_timeout=KEEPALIVE_TIMEOUT_S,
+            handle_signals=False,
+        )
+        await runner.setup()
+        self._runner = runner
+        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        self.port = runner.addresses[0][1]
+        log.info("mq broker %d HTTP listening on %s:%d", self.broker.node_id, self.host, self.port)
+        return self.host, self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
