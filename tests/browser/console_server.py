@@ -1,36 +1,31 @@
-"""A broker serving the console, for the browser tests."""
+"""A real ``mq serve --http-port 0`` process serving the console, for the browser tests."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import web
-from inprocess_broker import running_broker
+from broker_process import BrokerProcess
 
-from mq.http import admin_api, console_routes
+SEGMENT_BYTES = 16 << 20
+"""Small segments: the test's broker preallocates no 1 GiB files."""
 
 
 @dataclass
 class ConsoleServer:
     url: str
+    """The console's address: ``http://HOST:PORT`` of the broker's HTTP listener."""
     bootstrap: str
 
 
 @asynccontextmanager
 async def console_server(data_dir: Path) -> AsyncIterator[ConsoleServer]:
-    async with running_broker(data_dir) as running:
-        app = web.Application()
-        admin_api.add_routes(app, running.broker)
-        console_routes.add_routes(app, running.broker)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        try:
-            host, port = runner.addresses[0][:2]
-            yield ConsoleServer(f"http://{host}:{port}", running.bootstrap)
-        finally:
-            await runner.cleanup()
+    process = BrokerProcess(data_dir, segment_bytes=SEGMENT_BYTES, http_port=0)
+    await asyncio.to_thread(process.start)
+    try:
+        yield ConsoleServer(process.http_url, process.bootstrap)
+    finally:
+        await asyncio.to_thread(process.stop)

@@ -78,7 +78,6 @@ async def test_every_page_renders_the_live_cluster(
         assert await page.locator("#partitions svg.spark").count() == 3
         await expect(page.locator("#rate-in svg")).to_be_visible()
         await expect(page.locator("#rate-out svg")).to_be_visible()
-        await screenshot(page, "topic")
 
         await open_view(page, server, "groups")
         await expect(page.locator("#groups")).to_contain_text(GROUP)
@@ -132,6 +131,44 @@ async def test_lag_chart_follows_a_consumer_catching_up(
                 shots += 1
         await expect(page.locator("#lag-trend svg polyline")).to_have_count(1)
         await screenshot(page, "group-caught-up")
+
+
+async def test_topic_rates_are_live_charts(
+    live: tuple[ConsoleServer, Workload], browser: Browser
+) -> None:
+    """Records produced and committed while the topic page is open move its charts."""
+    server, work = live
+    async with asyncio.timeout(TEST_TIMEOUT_S), watched_page(browser) as (page, _watch):
+        await open_view(page, server, f"topics/{TOPIC}")
+        await expect(page.locator("#rate-in .spark-text")).to_have_text("0.0/s")
+        stop = asyncio.Event()
+
+        async def traffic() -> None:
+            async with Producer(server.bootstrap) as producer:
+                i = 0
+                while not stop.is_set():
+                    for p in range(len(COUNTS)):
+                        await producer.send(TOPIC, b'{"tick": %d}' % i, partition=p)
+                    await producer.flush()
+                    committed = min(COUNTS[2], 2 + i // 4)
+                    await work.consumer.commit({TopicPartition(TOPIC, 2): committed})
+                    i += 1
+                    await asyncio.sleep(0.1)
+
+        task = asyncio.create_task(traffic())
+        try:
+            moving = re.compile(r"^(?!0\.0/s$).+/s$")
+            await expect(page.locator("#rate-in .spark-text")).to_have_text(moving)
+            await expect(page.locator("#rate-out .spark-text")).to_have_text(moving)
+            await expect(page.locator("#rate-bytes .spark-text")).to_have_text(moving)
+            await expect(page.locator("#rate-in polyline")).to_have_count(1)
+            await page.wait_for_timeout(6_000)  # a few more polls: the charts get a shape
+            await screenshot(page, "topic")
+        finally:
+            stop.set()
+            await task
+        ends = [int(t) for t in await column(page, "partitions", 6)]
+        assert all(end > n for end, n in zip(ends, COUNTS, strict=True))
 
 
 async def test_message_browser_shows_a_record_just_produced(

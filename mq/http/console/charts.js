@@ -26,7 +26,9 @@ export function sparkline(series, { width = 160, height = 36, label = "", rate =
   const n = Math.max(2, series.length);
   const x = (i) => (i * (width - 2)) / (n - 1) + 1;
   const y = (v) => height - 2 - (v / top) * (height - 14);
-  if (series.length > 1) {
+  if (series.length < 2) { // nothing to draw yet: a baseline until the second poll
+    el.append(node("line", { x1: 1, y1: height - 2, x2: width - 1, y2: height - 2, class: "spark-line" }));
+  } else {
     const points = series.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`);
     const area = `1,${height - 2} ${points.join(" ")} ${x(series.length - 1).toFixed(1)},${height - 2}`;
     el.append(node("polygon", { points: area, class: "spark-area" }));

@@ -166,7 +166,8 @@ function queues(root, _params, api) {
       ["dead-lettered", (q) => q.dead_lettered + q.dead_lettering],
       ["acked", (q) => q.acked],
       ["oldest", (q) => age(q.oldest_age_s)],
-      ["depth", (q) => sparkline(series(`depth:${q.name}`, q.visible + q.in_flight + q.delayed), { width: 120, height: 28 })],
+      ["depth", (q) => sparkline(series(`depth:${q.name}`, q.visible + q.in_flight + q.delayed),
+        { width: 120, height: 28, rate: false })],
       ["dead-letter queue", (q) => q.dead_letter_queue || "–"],
       ["", (q) => (q.errors.length ? badge(`${q.errors.length} errors`, "bad") : "")],
     ], body.queues, { id: "queues" }));
