@@ -289,6 +289,24 @@ async def groups(broker: Broker) -> dict[str, Any]:
     }
 
 
+async def _fill_end_offsets(broker: Broker, offsets: list[dict[str, Any]]) -> None:
+    """The end offsets the coordinator does not know (partitions it does not lead, -1),
+    from their leaders."""
+    unknown: dict[str, dict[int, PartitionState]] = {}
+    for entry in offsets:
+        state = broker.view.partitions.get((entry["topic"], entry["partition"]))
+        if entry["end_offset"] < 0 and state is not None:
+            unknown.setdefault(entry["topic"], {})[entry["partition"]] = state
+    found = await asyncio.gather(*(_offsets(broker, t, s) for t, s in unknown.items()))
+    ends = {
+        (topic, index): answer.get("end_offset", -1)
+        for topic, answers in zip(unknown, found, strict=True)
+        for index, answer in answers.items()
+    }
+    for entry in offsets:
+        entry["end_offset"] = ends.get((entry["topic"], entry["partition"]), entry["end_offset"])
+
+
 async def group(broker: Broker, group_id: str) -> dict[str, Any]:
     """A group's members, their assignments, and committed offset and lag per partition."""
     coordinator = await call_node(
@@ -308,14 +326,13 @@ async def group(broker: Broker, group_id: str) -> dict[str, Any]:
                 "partition": o["partition"],
                 "committed_offset": o["committed_offset"],
                 "end_offset": o["high_watermark"],
-                "lag": (
-                    max(0, o["high_watermark"] - o["committed_offset"])
-                    if o["committed_offset"] >= 0 and o["high_watermark"] >= 0
-                    else None
-                ),
             }
             for o in sorted(described["offsets"], key=lambda o: (o["topic"], o["partition"]))
-        ]
+        ][:MAX_PARTITIONS]
+        await _fill_end_offsets(broker, offsets)
+        for entry in offsets:
+            committed, end = entry["committed_offset"], entry["end_offset"]
+            entry["lag"] = max(0, end - committed) if committed >= 0 and end >= 0 else None
         owner = {
             (topic, p): m["member_id"]
             for m in described["members"]
