@@ -103,9 +103,9 @@ async def watched_page(browser: Browser) -> AsyncIterator[tuple[Page, PageWatch]
         await context.close()
 
 
-async def screenshot(page: Page, name: str) -> Path:
+async def screenshot(page: Page, name: str, *, full_page: bool = True) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = (ARTIFACTS / f"{name}.png").resolve()
-    await page.screenshot(path=str(path), full_page=True)
+    await page.screenshot(path=str(path), full_page=full_page)
     print(f"screenshot: {path}")
     return path

@@ -195,7 +195,7 @@ async def test_message_browser_shows_a_record_just_produced(
         await expect(newest).to_contain_text("kind=demo")
         await page.check("input[name=mode][value=json]")
         await expect(newest.locator("pre.value")).to_have_text(json.dumps(value, indent=2))
-        await screenshot(page, "messages-json")
+        await screenshot(page, "messages-json", full_page=False)
         await page.check("input[name=mode][value=hex]")
         await expect(newest.locator("pre.value")).to_contain_text("7b 22 68 65 6c 6c 6f 22")
         await page.check("input[name=mode][value=utf8]")
