@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -32,9 +33,10 @@ from console_workload import (
 )
 from inprocess_broker import Running, running_broker
 
-from mq.http import admin_api, browse
+from mq.http import admin_api, browse, console_routes
 
 TEST_TIMEOUT_S = 90
+SVG_NAMESPACE = "http://www.w3.org/2000/svg"
 
 
 @pytest.fixture
@@ -158,3 +160,28 @@ async def check_records(client: TestClient[Any, Any]) -> None:
         refused = await get(client, f"{path}?limit={bad}", status=400)
         assert refused["error"] == "InvalidRequestError"
     await get(client, f"/api/topics/{TOPIC}/partitions/7/records", status=404)
+
+
+async def test_console_pages_are_served_from_the_package_only(tmp_path: Path) -> None:
+    """The pages, their modules and styles come from ``mq/http/console``, nothing else,
+    under a Content-Security-Policy of 'self'; nothing outside the folder is served."""
+    async with running_broker(tmp_path / "data") as running:
+        app = web.Application()
+        console_routes.add_routes(app, running.broker)
+        async with TestClient(TestServer(app, host="127.0.0.1")) as client:
+            index = await client.get("/")
+            assert index.status == 200
+            assert "default-src 'self'" in index.headers["Content-Security-Policy"]
+            html = await index.text()
+            assets = re.findall(r'(?:src|href)="(/console/[^"]+)"', html)
+            assert sorted(assets) == ["/console/app.js", "/console/style.css"]
+            for name in sorted(p.name for p in console_routes.STATIC_DIR.iterdir()):
+                served = await client.get(f"/console/{name}")
+                assert served.status == 200, name
+                assert served.headers["X-Content-Type-Options"] == "nosniff"
+                if name.endswith(".js"):
+                    assert "javascript" in served.content_type
+                text = (await served.text()).replace(SVG_NAMESPACE, "")  # a name, not a load
+                assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}/", text), name
+            outside = await client.get("/console/../admin_api.py")
+            assert outside.status in (403, 404)
