@@ -22,6 +22,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "ack": ("queue", "Ack messages: done, deleted."),
+    "audit": ("audit", "Show the broker's audit log of admin operations, oldest first."),
     "chaos": ("chaos", "Fault injection: run workloads against a local cluster under..."),
     "cluster": ("cluster", "Run a local cluster; inspect a cluster."),
     "consume": ("consume", "Print messages of TOPIC until --max-messages, --timeout or..."),

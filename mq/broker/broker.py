@@ -30,6 +30,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from mq.broker import limits, maintenance, producer_ids
+from mq.broker.audit import AuditLog
 from mq.broker.catalog import (
     INTERNAL_TOPICS,
     LegacyCatalog,
@@ -39,6 +40,7 @@ from mq.broker.catalog import (
 from mq.broker.config import BrokerConfig
 from mq.broker.isr import IsrManager
 from mq.broker.log_cleaner import LogCleaner
+from mq.broker.metrics import Meters
 from mq.broker.partition import Partition
 from mq.broker.peers import Peers
 from mq.broker.producer_ids import ProducerIdAllocator
@@ -120,6 +122,14 @@ class Broker:
         self.credentials = BrokerCredentials(self.node_id, b"")
         """What this broker shows the others, and what it asks of connections that say
         they are brokers (:mod:`mq.replication.hello`); the secret is loaded at start."""
+        self.metrics: Meters | None = (
+            Meters(config.metrics_max_labelled) if config.http_port is not None else None
+        )
+        """What the broker counts for ``/metrics`` (issue 21): only with an HTTP listener."""
+        self.audit = AuditLog(
+            config.data_dir, config.node_id, config.audit_max_bytes, config.audit_max_files
+        )
+        """The audit log: ``broker.audit(ctx, operation, resource, result, **details)``."""
         self.served_apis: frozenset[int] = frozenset()
         """API keys the server has handlers for (what api_versions advertises)."""
         self._lock_fd: int | None = None
@@ -254,6 +264,7 @@ class Broker:
                 log.error("closing %s failed: %s", partition.name, result)
         with contextlib.suppress(MQError, OSError):
             await self.store.close()
+        self.audit.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None

@@ -210,6 +210,18 @@ class BrokerConfig:
     console), on the same host as the main listener; 0 picks a free one. None (the
     default): no HTTP listener, and no metrics are counted (the quick start opens one
     port only)."""
+    audit_max_bytes: int = 64 * MiB
+    """The audit log (``<data_dir>/audit/audit.log``, :mod:`mq.broker.audit`) rotates
+    past this size; with :attr:`audit_max_files` it bounds the disk the audit takes
+    (5 x 64 MiB: ~1 million admin operations of a few hundred bytes)."""
+    audit_max_files: int = 4
+    """Rotated audit files kept (``audit.log.1`` .. ``audit.log.N``) besides the current one."""
+    metrics_max_labelled: int = 1_000
+    """Label sets one metric family exports at most (topics, partitions, groups, queues,
+    principals and client ids): past it a counter folds new ones into ``__other__`` and a
+    scrape-time gauge leaves them out, both counted (``mq_metrics_label_overflow_total``,
+    ``mq_metrics_series_dropped``). 1,000 partitions x ~10 families is ~10,000 series, a
+    scrape of ~1 MB: what one Prometheus target should stay under."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -347,6 +359,9 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "max_segment_maps": (1, I32_MAX),
     "map_reserve": (0, I32_MAX),
     "max_partitions": (0, I32_MAX),
+    "metrics_max_labelled": (1, 1_000_000),
+    "audit_max_bytes": (1024, MAX_LOG_BYTES),
+    "audit_max_files": (1, 1_000),
     # state
     "group_max_size": (1, I32_MAX),
     "group_max_topics_per_member": (1, I32_MAX),

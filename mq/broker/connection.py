@@ -46,9 +46,11 @@ import asyncio
 import itertools
 import logging
 import select
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from mq.broker.audit import AUDITED_APIS
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext
 from mq.errors import MQError, ProtocolError
@@ -61,6 +63,7 @@ from mq.wire.messages import (
     encode_response_parts,
     unpack_request,
 )
+from mq.wire.registry import api_by_key
 
 if TYPE_CHECKING:
     from mq.broker.server import Server
@@ -217,11 +220,18 @@ class Connection(asyncio.Protocol):
 
     def _dispatch(self, payload: bytes) -> None:
         envelope = unpack_request(payload)  # ProtocolError: no trustworthy correlation id
+        request: Request[Any] | None = None
         try:
             request = decode_request(envelope)
             handler = self._server.admit(request, self.ctx)
         except MQError as exc:
             self._write(encode_error_response(envelope.correlation_id, exc))
+            if request is not None and request.api.key in AUDITED_APIS:  # refused: audited
+                self._broker.audit.request(self.ctx, request, None, exc)
+            if self._broker.metrics is not None:  # refused at the gate: counted too
+                api = api_by_key(envelope.api_key)
+                name = api.name if api is not None else "unknown"
+                self._broker.metrics.request(name, exc.name, 0.0, self.ctx.principal, None)
             return
         self.ctx.client_id = request.client_id
         task = self._loop.create_task(self._serve(handler, request))
@@ -232,16 +242,29 @@ class Connection(asyncio.Protocol):
 
     async def _serve(self, handler: Handler, request: Request[Any]) -> None:
         cid = request.correlation_id
+        started = time.perf_counter()
+        error = "none"
+        body: Any = None
+        failure: MQError | None = None
         try:
             body = await handler(self._broker, self.ctx, request.body)
             frame: bytes | list[Buffer] = encode_response_parts(cid, 0, body, self._max_frame)
         except MQError as exc:
             frame = encode_error_response(cid, exc)
+            error, failure = exc.name, exc
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("%s from %s failed", request.api.name, self.ctx.peer)
             frame = encode_error_response(cid, MQError(f"{request.api.name} failed on the broker"))
+            error = MQError.name
+        meters = self._broker.metrics
+        if meters is not None:  # the request's metrics: once, here, for every API
+            ctx = self.ctx
+            elapsed = time.perf_counter() - started
+            meters.request(request.api.name, error, elapsed, ctx.principal, ctx.client_id)
+        if request.api.key in AUDITED_APIS and self.ctx.broker_id is None:  # the audit layer
+            self._broker.audit.request(self.ctx, request, body, failure)
         if request.api is apis_data.PRODUCE:
             if request.body["acks"] == 0:
                 return  # acks=0: the producer expects no response

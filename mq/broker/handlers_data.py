@@ -84,6 +84,7 @@ async def produce(broker: Broker, ctx: RequestContext, body: ProduceRequest) -> 
     if not all(f.done() for f in futures):  # usually done already: the writer was idle
         timeout = body["timeout_ms"] / 1000 if body["acks"] != 0 else None
         await asyncio.wait(futures, timeout=timeout)
+    meters = broker.metrics
     for name, result, partition, future in pending:
         if not future.done():  # O(1): not a search of the done list (issue 18, F5)
             set_error(result, RequestTimedOutError(f"{name}: no ack within timeout_ms"))
@@ -96,6 +97,9 @@ async def produce(broker: Broker, ctx: RequestContext, body: ProduceRequest) -> 
         else:
             appended = future.result()
             result["base_offset"] = appended.first_offset
+            if meters is not None:  # per partition appended, from its offsets: no record read
+                count = appended.last_offset - appended.first_offset + 1
+                meters.produced(name, count, appended.size, ctx.principal, ctx.client_id)
             # the partition appended to, even if its topic was deleted since
             result["log_start_offset"] = partition.log.log_start_offset
     return topics
@@ -112,7 +116,10 @@ def _seen(future: asyncio.Future[AppendInfo]) -> None:
 
 
 def _fetch_once(
-    broker: Broker, body: FetchRequest, results: dict[tuple[str, int], FetchedPartition]
+    broker: Broker,
+    body: FetchRequest,
+    results: dict[tuple[str, int], FetchedPartition],
+    ends: dict[tuple[str, int], int],
 ) -> int:
     """Read every partition not yet answered; return the bytes gathered so far."""
     total = 0
@@ -140,6 +147,7 @@ def _fetch_once(
                 continue
             if found is not None:
                 result["records"] = found.data
+                ends[key] = found.next_offset - max(found.first_offset, part["fetch_offset"])
                 total += len(found.data)
                 budget = max(0, budget - len(found.data))
     return total
@@ -160,8 +168,10 @@ async def fetch(broker: Broker, ctx: RequestContext, body: FetchRequest) -> Fetc
                 "records": b"",
             }
     deadline = time.monotonic() + body["max_wait_ms"] / 1000
+    offsets: dict[tuple[str, int], int] = {}
+    """Offsets each partition's answer covers (records sent, without reading a record)."""
     while True:
-        total = _fetch_once(broker, body, results)
+        total = _fetch_once(broker, body, results, offsets)
         remaining = deadline - time.monotonic()
         if total >= body["min_bytes"] or remaining <= 0 or ctx.closing:
             break
@@ -172,6 +182,11 @@ async def fetch(broker: Broker, ctx: RequestContext, body: FetchRequest) -> Fetc
         ]
         if not await wait_for_any(hosted, remaining):
             break
+    meters = broker.metrics
+    if meters is not None:
+        for (name, index), count in offsets.items():
+            size = len(results[(name, index)]["records"])
+            meters.consumed(name, count, size, ctx.principal, ctx.client_id)
     response: FetchResponse = {"topics": cast(Any, by_topic(body["topics"], results))}
     return response
 

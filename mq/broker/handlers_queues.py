@@ -105,6 +105,9 @@ async def queue_receive(
         result["offsets"] = [a.offset for a in got]
         result["counts"] = [a.deliveries for a in got]
         result["lease_deadline_ms"] = got[0].deadline
+        if broker.metrics is not None:  # per partition answered: messages leased, bytes sent
+            size = len(result["records"])
+            broker.metrics.consumed(key[0], len(got), size, ctx.principal, ctx.client_id)
     response = {
         "topics": [
             {

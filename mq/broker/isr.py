@@ -88,6 +88,8 @@ class IsrManager:
                 return  # the state moved on (an election): the watch brings it
             state, revision = written
             log.info("%s: ISR now %s (%s)", partition.name, list(state.isr), why)
+            if self._broker.metrics is not None:
+                self._broker.metrics.isr_changed(len(partition.isr), len(state.isr))
             if partition.apply_state(state, revision):
                 self._broker.replicas.apply_written(partition)
         except MQError as exc:

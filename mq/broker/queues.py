@@ -510,6 +510,9 @@ class ShareManager:
                 for letter in batch_items:
                     if not session.closed:
                         session.share.dead_lettered_at(letter.offset)
+                if self._broker.metrics is not None:
+                    key = session.key
+                    self._broker.metrics.dead_letter(key.topic, key.group, len(batch_items))
                 self._kick_save(session)
         finally:
             session.dead_lettering = None
@@ -557,6 +560,10 @@ class ShareManager:
             self._kick_save(session)
 
     # -- attributes -----------------------------------------------------------------------
+
+    def loaded(self) -> list[Session]:
+        """The share partitions loaded here (what the queue metrics read, at scrape time)."""
+        return self._sessions.values()
 
     def attributes(self, session: Session) -> tuple[Attributes, int]:
         """The share partition's counts, and the records past its window (unread backlog)."""

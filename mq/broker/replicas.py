@@ -182,6 +182,8 @@ class ReplicaManager:
         producer_ids.bound_log(partition.log, broker.config)  # a restart agrees with expiry
         partition.on_corrupt = broker.scrubber.report_read
         partition.on_offline = broker.scrubber.log_offline
+        if broker.metrics is not None:
+            partition.log.on_flush = broker.metrics.flushed
         partition.start()
         broker.partitions[(topic.name, index)] = partition
         self._configs[topic.name] = dict(topic.configs)

@@ -144,6 +144,8 @@ class Server:
         self._server: asyncio.Server | None = None
         self.http: HttpListener | None = None
         """The HTTP listener (metrics, health, console) when ``http_port`` is set."""
+        if broker.metrics is not None:
+            broker.metrics.connections = self._open_connections
         self._sweeper: asyncio.Task[None] | None = None
 
     def admit(self, request: Request[Any], ctx: RequestContext) -> Handler:
@@ -203,6 +205,13 @@ class Server:
         if self.broker.coordinator is not None:
             await self.broker.coordinator.stop()
         await self.broker.stop()
+
+    def _open_connections(self) -> dict[str, int]:
+        """Open connections per listener (``mq_connections``)."""
+        counts = {"mq": len(self.connections)}
+        if self.http is not None:
+            counts["http"] = self.http.open_connections()
+        return counts
 
     async def _sweep(self, interval_s: float) -> None:
         """Forever: every connection's :meth:`~mq.broker.connection.Connection.sweep`."""

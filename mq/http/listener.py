@@ -51,6 +51,11 @@ class HttpListener:
         log.info("mq broker %d HTTP listening on %s:%d", self.broker.node_id, self.host, self.port)
         return self.host, self.port
 
+    def open_connections(self) -> int:
+        """HTTP connections open now (keep-alive ones included)."""
+        server = self._runner.server if self._runner is not None else None
+        return len(server.connections) if server is not None else 0
+
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()

@@ -16,6 +16,7 @@ Thread safety: the log's owner builds the job and reads its result; only
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,8 +40,11 @@ class FlushJob:
     """Which file ``active_size`` is about (:attr:`mq.storage.chain.SegmentChain.generation`)."""
     checkpoint: Checkpoint | None
     error: OSError | None = field(default=None, init=False)
+    seconds: float = field(default=0.0, init=False)
+    """How long :meth:`run` took (the log's flush-time histogram)."""
 
     def run(self) -> None:
+        started = time.perf_counter()
         try:
             for segment in self.sealed:
                 try:
@@ -54,6 +58,7 @@ class FlushJob:
                 write_checkpoint(self.directory, self.io, self.checkpoint)
         except OSError as exc:
             self.error = exc
+        self.seconds = time.perf_counter() - started
 
     def _sync_active(self, handle: FileHandle) -> None:
         fd = FILES.try_pin(handle)

@@ -92,6 +92,8 @@ class Log:
         """The segments and their bookkeeping, for :mod:`mq.storage.retention` and
         :mod:`mq.storage.compaction` (see :class:`~mq.storage.chain.LogCore`)."""
         self._error: StorageError | None = None
+        self.on_flush: Callable[[float], None] | None = None
+        """Told, on the log's owner, how many seconds each finished flush job took."""
         self.on_offline: Callable[[StorageError], None] | None = None
         """Told once, when a failed operation takes this log offline (from the thread
         that failed: the event loop's, or a worker's for a read or a sync job)."""
@@ -366,6 +368,8 @@ class Log:
 
     def end_flush(self, job: FlushJob) -> None:
         """Record a finished job; raises StorageError (and goes offline) if it failed."""
+        if self.on_flush is not None:
+            self.on_flush(job.seconds)
         if job.error is not None:
             raise self.fail("sync", job.error) from job.error
         done = set(map(id, job.sealed))

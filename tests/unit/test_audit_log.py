@@ -1,0 +1,68 @@
+"""The audit log file (:mod:`mq.broker.audit`): rotation bounds its disk, reading goes
+oldest first over the rotated files, huge details are truncated, a cut last line is
+skipped, and ``mq audit --since`` parses durations and times."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import pytest
+from mq_cli.audit import since_ms
+
+from mq.broker.audit import AUDIT_DIR, MAX_LINE_BYTES, AuditLog, read_audit
+from mq.broker.context import RequestContext
+
+
+def ctx() -> RequestContext:
+    return RequestContext(1, "127.0.0.1:5000", client_id="tool")
+
+
+def test_rotation_keeps_at_most_max_files_and_reads_oldest_first(tmp_path: Path) -> None:
+    audit = AuditLog(tmp_path, 3, max_bytes=2_000, max_files=2)
+    for i in range(100):
+        audit(ctx(), "create_topics", f"topic:t{i}", "ok", n=i)
+    audit.close()
+    files = sorted(p.name for p in (tmp_path / AUDIT_DIR).iterdir())
+    assert files == ["audit.log", "audit.log.1", "audit.log.2"]
+    assert all((tmp_path / AUDIT_DIR / f).stat().st_size <= 2_000 for f in files)
+    read = list(read_audit(tmp_path))
+    numbers = [r["details"]["n"] for r in read]
+    assert numbers == list(range(numbers[0], 100))  # the newest kept, in order
+    assert 0 < numbers[0] < 100 - 2 * len(numbers) // 3  # older ones were rotated away
+    assert read[-1]["broker"] == 3
+    assert read[-1]["client_id"] == "tool"
+
+
+def test_huge_details_are_truncated(tmp_path: Path) -> None:
+    audit = AuditLog(tmp_path, 0, max_bytes=1 << 20, max_files=1)
+    audit(ctx(), "alter_partition_reassignments", "topic:t", "ok", partitions=list(range(50_000)))
+    audit.close()
+    line = (tmp_path / AUDIT_DIR / "audit.log").read_text()
+    assert len(line) <= MAX_LINE_BYTES
+    assert json.loads(line)["details"] == {"truncated": True}
+
+
+def test_a_cut_line_is_skipped_and_since_filters(tmp_path: Path) -> None:
+    audit = AuditLog(tmp_path, 0, max_bytes=1 << 20, max_files=1)
+    audit(ctx(), "delete_topics", "topic:a", "ok")
+    audit.close()
+    path = tmp_path / AUDIT_DIR / "audit.log"
+    with path.open("a") as f:
+        f.write('{"time": "cut by a cra')
+    read = list(read_audit(tmp_path))
+    assert [r["resource"] for r in read] == ["topic:a"]
+    assert list(read_audit(tmp_path, since_ms=read[0]["time_ms"] + 1)) == []
+
+
+def test_since_takes_durations_and_times() -> None:
+    now = 1_000_000.0
+    assert since_ms("90s", now) == (now - 90) * 1000
+    assert since_ms("15m", now) == (now - 900) * 1000
+    assert since_ms("2h", now) == (now - 7200) * 1000
+    assert since_ms("1d", now) == (now - 86_400) * 1000
+    assert since_ms("1970-01-01T00:00:10Z", now) == 10_000
+    assert since_ms("1970-01-01T00:00:10", now) == 10_000  # no zone: UTC
+    with pytest.raises(click.BadParameter):
+        since_ms("yesterday", now)
