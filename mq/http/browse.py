@@ -5,10 +5,12 @@ another broker), from ``max(log start, high watermark - N)`` up to the high
 watermark, so what is shown is what a consumer would see. Whole batches come
 back; records below the first wanted offset and control batches are skipped.
 
-Bounds: at most :data:`MAX_RECORDS` records, :data:`MAX_FETCH_BYTES` fetched in
-all (a few large batches may leave fewer than N records: ``"complete"`` is then
-false), and each key, value and header value cut to :data:`MAX_FIELD_BYTES`
-(``"value_size"`` tells the full size). Bytes travel as base64: the browser
+Bounds: at most :data:`MAX_RECORDS` records and :data:`MAX_FETCH_BYTES` of batches
+per read. When large records fill that before the high watermark, a second read
+starts where as many records as the first one held end at the high watermark: the
+newest records are shown, fewer than N (``"complete"`` is false only if even that
+did not reach the end). Each key, value and header value is cut to
+:data:`MAX_FIELD_BYTES` (``"value_size"`` tells the full size). Bytes travel as base64: the browser
 decodes them as UTF-8, JSON or hex.
 
 Thread safety: one event loop (the broker's).
@@ -85,41 +87,29 @@ async def _offsets(broker: Broker, node: int, topic: str, index: int) -> tuple[i
     return found[EARLIEST_TIMESTAMP], found[LATEST_TIMESTAMP]
 
 
-async def last_records(broker: Broker, topic: str, index: int, limit: int) -> dict[str, Any]:
-    """The last ``limit`` records of ``topic``-``index`` (oldest first)."""
-    if not 1 <= limit <= MAX_RECORDS:
-        raise InvalidRequestError(f"limit must be between 1 and {MAX_RECORDS}, got {limit}")
-    state = broker.view.partitions.get((topic, index))
-    if state is None:
-        raise UnknownTopicOrPartitionError(f"{topic}-{index} does not exist")
-    if is_offline(broker, state):
-        raise LeaderNotAvailableError(f"{topic}-{index} has no live leader")
-    start, end = await _offsets(broker, state.leader, topic, index)
-    first = max(start, end - limit)
+async def _read(
+    broker: Broker, leader: int, topic: str, index: int, first: int, end: int
+) -> tuple[list[Record], int]:
+    """The records of [first, end) that :data:`MAX_FETCH_BYTES` of batches hold, and the
+    offset reached."""
     records: list[Record] = []
     offset, fetched = first, 0
     while offset < end and fetched < MAX_FETCH_BYTES:
         step = min(FETCH_STEP_BYTES, MAX_FETCH_BYTES - fetched)
+        wanted = {
+            "partition": index,
+            "fetch_offset": offset,
+            "partition_max_bytes": step,
+            "current_leader_epoch": -1,
+        }
         body = {
             "max_wait_ms": 0,
             "min_bytes": 0,
             "max_bytes": step,
             "isolation_level": 0,
-            "topics": [
-                {
-                    "name": topic,
-                    "partitions": [
-                        {
-                            "partition": index,
-                            "fetch_offset": offset,
-                            "partition_max_bytes": step,
-                            "current_leader_epoch": -1,
-                        }
-                    ],
-                }
-            ],
+            "topics": [{"name": topic, "partitions": [wanted]}],
         }
-        response = await call_node(broker, state.leader, FETCH, body)
+        response = await call_node(broker, leader, FETCH, body)
         part = response["topics"][0]["partitions"][0]
         if part["error"]:
             raise error_for_code(part["error"])(part["message"])
@@ -133,6 +123,25 @@ async def last_records(broker: Broker, topic: str, index: int, limit: int) -> di
                 continue
             decoded = decode_records(batch, max_decompressed=MAX_FETCH_BYTES)
             records.extend(r for r in decoded if first <= r.offset < end)
+    return records, offset
+
+
+async def last_records(broker: Broker, topic: str, index: int, limit: int) -> dict[str, Any]:
+    """The last ``limit`` records of ``topic``-``index`` (oldest first)."""
+    if not 1 <= limit <= MAX_RECORDS:
+        raise InvalidRequestError(f"limit must be between 1 and {MAX_RECORDS}, got {limit}")
+    state = broker.view.partitions.get((topic, index))
+    if state is None:
+        raise UnknownTopicOrPartitionError(f"{topic}-{index} does not exist")
+    if is_offline(broker, state):
+        raise LeaderNotAvailableError(f"{topic}-{index} has no live leader")
+    start, end = await _offsets(broker, state.leader, topic, index)
+    first = max(start, end - limit)
+    records, reached = await _read(broker, state.leader, topic, index, first, end)
+    if reached < end and records:
+        # the byte bound came first: read again from where as many records as fit end
+        first = max(first, end - len(records))
+        records, reached = await _read(broker, state.leader, topic, index, first, end)
     shown = records[-limit:]
     return {
         "topic": topic,
@@ -140,6 +149,6 @@ async def last_records(broker: Broker, topic: str, index: int, limit: int) -> di
         "start_offset": start,
         "end_offset": end,
         "limit": limit,
-        "complete": offset >= end,
+        "complete": reached >= end,
         "records": [_record_json(r) for r in shown],
     }

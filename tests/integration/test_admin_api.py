@@ -33,6 +33,7 @@ from console_workload import (
 )
 from inprocess_broker import Running, running_broker
 
+from mq import Producer
 from mq.http import admin_api, browse, console_routes
 
 TEST_TIMEOUT_S = 90
@@ -160,6 +161,8 @@ async def check_records(client: TestClient[Any, Any]) -> None:
         refused = await get(client, f"{path}?limit={bad}", status=400)
         assert refused["error"] == "InvalidRequestError"
     await get(client, f"/api/topics/{TOPIC}/partitions/7/records", status=404)
+    await get(client, f"/api/topics/{TOPIC}/partitions/-1/records", status=404)
+    await get(client, f"/api/topics/{TOPIC}/partitions/x/records", status=400)
 
 
 async def test_console_pages_are_served_from_the_package_only(tmp_path: Path) -> None:
@@ -185,3 +188,26 @@ async def test_console_pages_are_served_from_the_package_only(tmp_path: Path) ->
                 assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}/", text), name
             outside = await client.get("/console/../admin_api.py")
             assert outside.status in (403, 404)
+
+
+async def test_browsing_large_records_shows_the_newest_within_the_bounds(
+    api: tuple[Running, TestClient[Any, Any]],
+) -> None:
+    """Records of 700 KiB: 8 of them exceed the 4 MiB read bound, so fewer are shown, but
+    the newest; each value is cut to 64 KiB and says its full size."""
+    running, client = api
+    size = 700 * 1024
+    async with asyncio.timeout(TEST_TIMEOUT_S):
+        async with Producer(running.bootstrap) as producer:
+            for i in range(8):
+                await (await producer.send("large", bytes([65 + i]) * size, partition=0))
+        body = await get(client, "/api/topics/large/partitions/0/records?limit=8")
+    offsets = [r["offset"] for r in body["records"]]
+    assert offsets[-1] == 7
+    assert offsets == list(range(8 - len(offsets), 8))
+    assert 0 < len(offsets) < 8  # 8 x 700 KiB is past browse.MAX_FETCH_BYTES
+    assert body["complete"] is True
+    for record in body["records"]:
+        value = base64.b64decode(record["value"])
+        assert value == bytes([65 + record["offset"]]) * browse.MAX_FIELD_BYTES
+        assert record["value_size"] == size
