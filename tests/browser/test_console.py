@@ -199,6 +199,11 @@ async def test_message_browser_shows_a_record_just_produced(
         await page.check("input[name=mode][value=hex]")
         await expect(newest.locator("pre.value")).to_contain_text("7b 22 68 65 6c 6c 6f 22")
         await page.check("input[name=mode][value=utf8]")
+        async with Producer(server.bootstrap) as producer:  # bytes that are not UTF-8
+            await (await producer.send(TOPIC, b"\xff\x00mq", partition=1))
+        await expect(first_offset).to_have_text(str(COUNTS[1] + 1))
+        await expect(newest).to_contain_text("not UTF-8: shown as hex")
+        await expect(newest.locator("pre.value")).to_contain_text("ff 00 6d 71")
         await page.select_option("#browse-partition", "2")
         await expect(first_offset).to_have_text(str(COUNTS[2] - 1))
 
