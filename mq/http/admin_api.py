@@ -20,6 +20,9 @@ the console differentiates successive polls.
 Actions (create, delete, reset offsets, redrive) are not served: they come with the
 HTTP listener's authentication and ACLs.
 
+Answers are shared (:mod:`mq.http.shared`): one computation per path and query
+per second, however many consoles poll it.
+
 Thread safety: one event loop (the broker's).
 """
 
@@ -37,6 +40,7 @@ from mq.errors import (
     UnknownTopicOrPartitionError,
 )
 from mq.http import admin_data, browse
+from mq.http.shared import SharedAnswers
 
 if TYPE_CHECKING:
     from mq.broker.broker import Broker
@@ -74,20 +78,18 @@ def _int_param(request: web.Request, name: str, value: str | None, default: int)
         raise InvalidRequestError(f"{name} must be an integer, got {value!r}") from None
 
 
-def _guarded(
-    answer: Callable[[web.Request], Awaitable[Any]],
-) -> Handler:
-    async def handle(request: web.Request) -> web.StreamResponse:
-        try:
-            return _json(await answer(request))
-        except (MQError, OSError, TimeoutError) as exc:
-            return _failure(exc)
-
-    return handle
-
-
 def add_routes(app: web.Application, broker: Broker) -> None:
     """Add the ``/api/...`` routes, answering from ``broker``."""
+    shared = SharedAnswers()
+
+    def _guarded(answer: Callable[[web.Request], Awaitable[Any]]) -> Handler:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            try:
+                return _json(await shared.get(request.path_qs, lambda: answer(request)))
+            except (MQError, OSError, TimeoutError) as exc:
+                return _failure(exc)
+
+        return handle
 
     async def cluster(request: web.Request) -> Any:
         return admin_data.cluster(broker)

@@ -34,7 +34,8 @@ from console_workload import (
 from inprocess_broker import Running, running_broker
 
 from mq import Producer
-from mq.http import admin_api, browse, console_routes
+from mq.http import admin_api, admin_data, browse, console_routes
+from mq.http.shared import SHARE_S
 
 TEST_TIMEOUT_S = 90
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"
@@ -211,3 +212,24 @@ async def test_browsing_large_records_shows_the_newest_within_the_bounds(
         value = base64.b64decode(record["value"])
         assert value == bytes([65 + record["offset"]]) * browse.MAX_FIELD_BYTES
         assert record["value_size"] == size
+
+
+async def test_many_consoles_polling_cost_one_computation(
+    api: tuple[Running, TestClient[Any, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, client = api
+    computed = 0
+    real = admin_data.groups
+
+    async def counted(broker: Any) -> dict[str, Any]:
+        nonlocal computed
+        computed += 1
+        return await real(broker)
+
+    monkeypatch.setattr(admin_data, "groups", counted)
+    answers = await asyncio.gather(*(get(client, "/api/groups") for _ in range(20)))
+    assert computed == 1
+    assert all(a == answers[0] for a in answers)
+    await asyncio.sleep(SHARE_S + 0.1)
+    await get(client, "/api/groups")
+    assert computed == 2
