@@ -19,7 +19,7 @@ import pytest
 from browser_helpers import PageWatch, chromium, screenshot, watched_page
 from console_server import ConsoleServer, console_server
 from console_workload import COMMITTED, COUNTS, DLQ, GROUP, QUEUE, TOPIC, Workload, known_workload
-from playwright.async_api import Browser, Page, expect
+from playwright.async_api import Browser, Page, Route, expect
 
 from mq import Producer, TopicPartition
 
@@ -222,3 +222,25 @@ async def test_a_javascript_error_fails_the_page_check(browser: Browser) -> None
         assert any("request failed" in p for p in watch.problems)
     finally:
         await context.close()
+
+
+async def test_a_slow_answer_of_the_page_left_never_covers_the_next(
+    live: tuple[ConsoleServer, Workload], browser: Browser
+) -> None:
+    server, _ = live
+    async with asyncio.timeout(TEST_TIMEOUT_S), watched_page(browser) as (page, _watch):
+        released = asyncio.Event()
+
+        async def slow(route: Route) -> None:
+            await released.wait()
+            await route.continue_()
+
+        await page.route(re.compile(r"/api/topics$"), slow)
+        await page.goto(f"{server.url}/#/topics")
+        await page.wait_for_timeout(300)  # the topics poll is waiting on its answer
+        await page.evaluate("location.hash = '#/groups'")  # no reload: the same page
+        await expect(page.locator("#groups")).to_contain_text(GROUP)
+        released.set()  # the topics answer arrives after the groups page is shown
+        await page.wait_for_timeout(500)  # (the groups page polls again only after 2 s)
+        assert await page.locator("main h1").all_inner_texts() == ["Consumer groups"]
+        assert await page.locator("#topics").count() == 0

@@ -46,8 +46,10 @@ function navigate() {
   for (const a of document.querySelectorAll("nav a")) {
     a.classList.toggle("active", a.dataset.section === section);
   }
-  const root = document.getElementById("view");
-  root.replaceChildren();
+  // a fresh container per view: a previous view's poll still in flight draws into its
+  // own, detached one, never over this view
+  const root = document.createElement("div");
+  document.getElementById("view").replaceChildren(root);
   current = { update: view(root, params, api) };
   tick();
 }
