@@ -52,9 +52,10 @@ MAX_GROUPS: Final = 200
 """Groups listed; each costs nothing, but a describe costs one call to its coordinator."""
 MAX_QUEUES: Final = 100
 """Queues described by /api/queues: one describe_queue per leader of each."""
-MAX_RATE_GROUPS: Final = 20
-"""Groups whose committed offsets a topic's answer sums (its "consumed" offsets, whose
-advance the console shows as the out rate): one describe per group and poll."""
+MAX_DESCRIBED_GROUPS: Final = 20
+"""Groups described for the group list (members, total lag) and for a topic's answer
+(whose "consumed" offsets, their committed offsets summed, the console shows the
+advance of as the out rate): one describe per group and answer."""
 CALL_TIMEOUT_S: Final = 5.0
 """Longest wait for one peer call: a console poll must answer even if a broker hangs."""
 
@@ -267,7 +268,21 @@ async def topic(broker: Broker, name: str) -> dict[str, Any]:
 
 
 async def groups(broker: Broker) -> dict[str, Any]:
-    """Every consumer group (id and state), from every live broker, sorted, bounded."""
+    """Every consumer group (id and state), from every live broker, sorted, bounded; the
+    first :data:`MAX_DESCRIBED_GROUPS` with their member count and total lag."""
+    listed = await _list_groups(broker)
+    shown = listed["groups"]
+    ids = [g["group_id"] for g in shown[:MAX_DESCRIBED_GROUPS]]
+    described = await asyncio.gather(*(group(broker, g) for g in ids), return_exceptions=True)
+    for entry in shown:
+        entry.update(members=None, lag=None)
+    for entry, result in zip(shown, described, strict=False):
+        if not isinstance(result, BaseException):
+            entry.update(members=len(result["members"]), lag=result["lag"])
+    return listed
+
+
+async def _list_groups(broker: Broker) -> dict[str, Any]:
     nodes = sorted(broker.view.brokers)
     results = await asyncio.gather(
         *(call_node(broker, n, LIST_GROUPS, {"states": []}) for n in nodes),
@@ -367,12 +382,13 @@ async def group(broker: Broker, group_id: str) -> dict[str, Any]:
 
 async def _consumed(broker: Broker, topic: str) -> dict[int, int]:
     """Per partition, the sum of the committed offsets of the groups that read ``topic``
-    (the first :data:`MAX_RATE_GROUPS` groups by name): its advance is what they consumed."""
+    (the first :data:`MAX_DESCRIBED_GROUPS` groups by name): its advance is what they
+    consumed."""
     try:
-        listed = await groups(broker)
+        listed = await _list_groups(broker)
     except (MQError, OSError, TimeoutError):
         return {}
-    ids = [g["group_id"] for g in listed["groups"][:MAX_RATE_GROUPS]]
+    ids = [g["group_id"] for g in listed["groups"][:MAX_DESCRIBED_GROUPS]]
     described = await asyncio.gather(*(group(broker, g) for g in ids), return_exceptions=True)
     out: dict[int, int] = {}
     for result in described:

@@ -80,7 +80,9 @@ async def test_every_page_renders_the_live_cluster(
         await expect(page.locator("#rate-out svg")).to_be_visible()
 
         await open_view(page, server, "groups")
-        await expect(page.locator("#groups")).to_contain_text(GROUP)
+        billing = page.locator("#groups tbody tr", has_text=GROUP)
+        await expect(billing.locator("td").nth(2)).to_have_text("1")  # members
+        await expect(billing.locator("td").nth(3)).to_have_text(str(sum(Workload.lag())))
         await page.click(f"#groups a:text('{GROUP}')")
         await expect(page.locator("#offsets tbody tr")).to_have_count(3)
         assert await column(page, "offsets", 2) == [str(c) for c in COMMITTED]

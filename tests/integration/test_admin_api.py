@@ -114,7 +114,7 @@ async def check_topics(client: TestClient[Any, Any]) -> None:
 
 async def check_group(client: TestClient[Any, Any], work: Workload) -> None:
     groups = (await get(client, "/api/groups"))["groups"]
-    assert {"group_id": GROUP, "state": "Stable"} in groups
+    assert {"group_id": GROUP, "state": "Stable", "members": 1, "lag": sum(work.lag())} in groups
     group = await get(client, f"/api/groups/{GROUP}")
     assert group["state"] == "Stable"
     (member,) = group["members"]

@@ -119,6 +119,10 @@ function groups(root, _params, api) {
     fill(root, h("h1", {}, "Consumer groups"), table([
       ["group", (g) => link(`#/groups/${encodeURIComponent(g.group_id)}`, g.group_id)],
       ["state", (g) => badge(g.state, g.state === "Stable" ? "good" : "")],
+      ["members", (g) => g.members ?? "–"],
+      ["lag", (g) => (g.lag === null ? "–" : g.lag.toLocaleString())],
+      ["lag over time", (g) => (g.lag === null ? ""
+        : sparkline(series(`lag:${g.group_id}`, g.lag), { width: 120, height: 28, rate: false }))],
     ], body.groups, { id: "groups" }));
   };
 }
