@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 _LISTENING = re.compile(r"mq listening on (\S+):(\d+)")
+_HTTP_LISTENING = re.compile(r"mq HTTP listening on (\S+):(\d+)")
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -43,12 +44,17 @@ class Broker:
             stderr=subprocess.PIPE,
         )
         self.bootstrap = ""
+        self.http_url = ""
+        """``http://HOST:PORT`` when started with ``--http-port`` (metrics, health)."""
         ready = threading.Event()
 
         def read() -> None:
             assert self.proc.stderr is not None
             with self.proc.stderr:
                 for raw in self.proc.stderr:
+                    http = _HTTP_LISTENING.search(raw.decode(errors="replace"))
+                    if http:
+                        self.http_url = f"http://{http.group(1)}:{http.group(2)}"
                     found = _LISTENING.search(raw.decode(errors="replace"))
                     if found:
                         self.bootstrap = f"{found.group(1)}:{found.group(2)}"

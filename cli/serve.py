@@ -23,6 +23,7 @@ from mq.broker.broker import Broker
 from mq.broker.config import DEFAULT_PORT, BrokerConfig
 from mq.broker.server import Server
 from mq.errors import MQError
+from mq.logs import use_json_logs
 
 
 @click.command()
@@ -48,6 +49,11 @@ from mq.errors import MQError
     type=click.IntRange(0, 65535),
     help="Serve /metrics, /healthz, /readyz and the console on this port [off]; 0 picks one.",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    help="Log lines as text or as JSON objects with stable fields [text].",
+)
 def serve(
     data_dir: Path | None,
     host: str | None,
@@ -56,6 +62,7 @@ def serve(
     metadata: str | None,
     node_id: int | None,
     http_port: int | None,
+    log_format: str | None,
 ) -> None:
     """Run a broker (a single node with the embedded defaults unless told otherwise)."""
     flags = {
@@ -65,12 +72,15 @@ def serve(
         "metadata": metadata,
         "node_id": node_id,
         "http_port": http_port,
+        "log_format": log_format,
     }
     try:
         if config_file is not None:
             config = BrokerConfig.from_file(config_file, **flags)
         else:
             config = BrokerConfig().with_overrides(**flags)
+        if config.log_format == "json":
+            use_json_logs(config.node_id)
         if config.malloc_trim_bytes:
             keep_freed_memory(config.malloc_trim_bytes)
         uvloop.run(_run(config))

@@ -210,6 +210,10 @@ class BrokerConfig:
     console), on the same host as the main listener; 0 picks a free one. None (the
     default): no HTTP listener, and no metrics are counted (the quick start opens one
     port only)."""
+    log_format: str = "text"
+    """``text`` (one human-readable line per record) or ``json`` (one JSON object per
+    line with stable fields: time, level, logger, broker, topic, partition, message;
+    :mod:`mq.logs`)."""
     audit_max_bytes: int = 64 * MiB
     """The audit log (``<data_dir>/audit/audit.log``, :mod:`mq.broker.audit`) rotates
     past this size; with :attr:`audit_max_files` it bounds the disk the audit takes
@@ -296,6 +300,8 @@ class BrokerConfig:
             or not 0 <= self.http_port <= 65_535
         ):
             raise InvalidConfigError(f"http_port must be 0..65535, got {self.http_port!r}")
+        if self.log_format not in ("text", "json"):
+            raise InvalidConfigError(f"log_format must be text or json, got {self.log_format!r}")
         if self.metadata is not None and not self.metadata.startswith("etcd://"):
             raise InvalidConfigError(f"metadata must be etcd://HOST:PORT, got {self.metadata!r}")
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from mq.broker.partition import Partition
 from mq.errors import MQError
+from mq.logs import partition_extra
 from mq.replication import cluster_state
 
 if TYPE_CHECKING:
@@ -87,9 +88,13 @@ class IsrManager:
             if written is None:
                 return  # the state moved on (an election): the watch brings it
             state, revision = written
-            log.info("%s: ISR now %s (%s)", partition.name, list(state.isr), why)
-            if self._broker.metrics is not None:
-                self._broker.metrics.isr_changed(len(partition.isr), len(state.isr))
+            log.info(
+                "%s: ISR now %s (%s)",
+                partition.name,
+                list(state.isr),
+                why,
+                extra=partition_extra(partition.topic, partition.index),
+            )
             if partition.apply_state(state, revision):
                 self._broker.replicas.apply_written(partition)
         except MQError as exc:

@@ -139,10 +139,13 @@ class Meters:
         self.usage_of(principal, client_id).requests += 1
 
     def usage_of(self, principal: str, client_id: str | None) -> Usage:
-        key = self._key(self.usage, (principal, client_id or ""), (OTHER, OTHER), "usage")
-        usage = self.usage.get(key)
+        key = (principal, client_id or "")
+        usage = self.usage.get(key)  # the usual case: one lookup
         if usage is None:
-            usage = self.usage[key] = Usage()
+            key = self._key(self.usage, key, (OTHER, OTHER), "mq_client_requests_total")
+            usage = self.usage.get(key)
+            if usage is None:
+                usage = self.usage[key] = Usage()
         return usage
 
     # -- the data path (per partition of a request) ------------------------------------
@@ -150,9 +153,12 @@ class Meters:
     def produced(
         self, topic: str, records: int, size: int, principal: str, client_id: str | None
     ) -> None:
-        topic = self._key(self.bytes_in, topic, OTHER, "mq_topic_bytes_in_total")
-        self.records_in[topic] = self.records_in.get(topic, 0) + records
-        self.bytes_in[topic] = self.bytes_in.get(topic, 0) + size
+        if topic not in self.bytes_in:
+            topic = self._key(self.bytes_in, topic, OTHER, "mq_topic_bytes_in_total")
+            self.records_in.setdefault(topic, 0)
+            self.bytes_in.setdefault(topic, 0)
+        self.records_in[topic] += records
+        self.bytes_in[topic] += size
         usage = self.usage_of(principal, client_id)
         usage.records_in += records
         usage.bytes_in += size
@@ -160,8 +166,10 @@ class Meters:
     def consumed(
         self, topic: str, records: int, size: int, principal: str, client_id: str | None
     ) -> None:
-        topic = self._key(self.bytes_out, topic, OTHER, "mq_topic_bytes_out_total")
-        self.bytes_out[topic] = self.bytes_out.get(topic, 0) + size
+        if topic not in self.bytes_out:
+            topic = self._key(self.bytes_out, topic, OTHER, "mq_topic_bytes_out_total")
+            self.bytes_out.setdefault(topic, 0)
+        self.bytes_out[topic] += size
         usage = self.usage_of(principal, client_id)
         usage.records_out += records
         usage.bytes_out += size

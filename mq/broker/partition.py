@@ -45,6 +45,7 @@ from mq.errors import (
     StorageError,
     UnknownLeaderEpochError,
 )
+from mq.logs import partition_extra
 from mq.replication.placement import PartitionState
 from mq.replication.tracker import ReplicaTracker
 from mq.storage.checkpoint import read_high_watermark, write_high_watermark
@@ -104,6 +105,9 @@ class Partition:
         """While set, no replica fetcher takes this partition (its repair truncates it)."""
         self.on_corrupt: Callable[[Partition, int, CorruptRecordError], None] | None = None
         """Told when a read meets a damaged batch (the broker's scrubber)."""
+        self.on_isr_change: Callable[[int, int], None] | None = None
+        """Told (ISR size before, after) when the ISR of a partition led here changes
+        within a leader epoch (written by this leader or by the controller)."""
         self.on_offline: Callable[[Partition], None] | None = None
         """Told (on the event loop, once) when a failed write or sync took the log
         offline: the broker hands leadership on and leaves the ISR."""
@@ -154,6 +158,7 @@ class Partition:
             self.name,
             self.node_id,
             exc,
+            extra=partition_extra(self.topic, self.index),
         )
         self._step_down(Role.OFFLINE)
         if self.on_offline is not None:
@@ -178,6 +183,8 @@ class Partition:
                 self._lead(state)
             else:
                 assert self.tracker is not None
+                if self.on_isr_change is not None and len(state.isr) != len(self.isr):
+                    self.on_isr_change(len(self.isr), len(state.isr))
                 if self.tracker.set_isr(state.isr, state.replicas, now_ms()):
                     self._high_watermark_moved()
         else:

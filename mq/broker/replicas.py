@@ -31,6 +31,7 @@ from mq.broker import producer_ids
 from mq.broker.catalog import OFFSETS_TOPIC, split_topic_configs, topic_log_config
 from mq.broker.partition import Partition, Role
 from mq.errors import MQError, StorageError
+from mq.logs import partition_extra
 from mq.replication.cluster_state import PARTITIONS, TOPICS, TopicRecord
 from mq.replication.fetcher import ReplicaFetcher
 from mq.replication.store import WatchEvent
@@ -166,7 +167,13 @@ class ReplicaManager:
         refusal = broker.limits.refusal(len(broker.partitions), 1)
         if refusal is not None:  # the controller refuses this at creation; a reassignment
             # or a limit lowered since a restart may still ask: no file is made
-            log.error("%s-%d is not opened here: %s", topic.name, index, refusal)
+            log.error(
+                "%s-%d is not opened here: %s",
+                topic.name,
+                index,
+                refusal,
+                extra=partition_extra(topic.name, index),
+            )
             return None
         directory = broker.config.data_dir / f"{topic.name}-{index}"
         try:
@@ -176,7 +183,13 @@ class ReplicaManager:
                 broker.config.data_dir, topic.name, index, config, broker.node_id
             )
         except (MQError, OSError) as exc:
-            log.error("%s-%d stays offline here: %s", topic.name, index, exc)
+            log.error(
+                "%s-%d stays offline here: %s",
+                topic.name,
+                index,
+                exc,
+                extra=partition_extra(topic.name, index),
+            )
             broker.scrubber.open_failed(topic.name, index)
             return None
         producer_ids.bound_log(partition.log, broker.config)  # a restart agrees with expiry
@@ -184,6 +197,7 @@ class ReplicaManager:
         partition.on_offline = broker.scrubber.log_offline
         if broker.metrics is not None:
             partition.log.on_flush = broker.metrics.flushed
+            partition.on_isr_change = broker.metrics.isr_changed
         partition.start()
         broker.partitions[(topic.name, index)] = partition
         self._configs[topic.name] = dict(topic.configs)
@@ -229,7 +243,11 @@ class ReplicaManager:
             await asyncio.get_running_loop().run_in_executor(
                 None, lambda: shutil.rmtree(doomed, ignore_errors=True)
             )
-        log.info("removed the replica of %s here", partition.name)
+        log.info(
+            "removed the replica of %s here",
+            partition.name,
+            extra=partition_extra(partition.topic, partition.index),
+        )
 
     def deleting(self, topic: str) -> bool:
         return any(key[0] == topic for key in self._dropping)

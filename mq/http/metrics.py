@@ -102,10 +102,12 @@ def counter_families(meters: Meters) -> Iterator[Metric]:
         [([q, g], n) for (q, g), n in sorted(meters.dead_lettered.items())],
     )
     yield CounterMetricFamily(
-        "mq_isr_shrinks", "ISR shrinks written by this broker as leader.", meters.isr_shrinks
+        "mq_isr_shrinks",
+        "ISR shrinks of partitions led here (by this leader or the controller).",
+        meters.isr_shrinks,
     )
     yield CounterMetricFamily(
-        "mq_isr_expands", "ISR expansions written by this broker as leader.", meters.isr_expands
+        "mq_isr_expands", "ISR expansions of partitions led here.", meters.isr_expands
     )
     yield CounterMetricFamily(
         "mq_authentication_failures",

@@ -110,3 +110,14 @@ def test_isolation_runs_a_pattern_between_two_solo_phases() -> None:
         assert phase["rss_peak_mb"] > 0
         assert phase["fds_peak"] > 0
     assert result["solo_p99_ms"] > 0
+
+
+def test_metrics_overhead_runs_both_variants_and_verifies() -> None:
+    rows = run_benchmark("benchmarks.metrics_overhead", "--messages", "2000", "--runs", "2")
+
+    assert [r["workload"] for r in rows] == ["W1 produce", "W1 send_many", "W3 consume"]
+    for row in rows:
+        assert row["verified"] is True
+        assert row["runs"] == 2
+        assert row["off_msg_per_s"] > 0
+        assert row["on_msg_per_s"] > 0

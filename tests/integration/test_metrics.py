@@ -215,3 +215,34 @@ def test_the_label_cap_folds_and_drops(tmp_path: Path) -> None:
         assert dropped >= 2  # three user topics and __consumer_offsets: two left out
     finally:
         process.stop()
+
+
+def test_dead_letters_are_counted(http_broker: BrokerProcess) -> None:
+    queue = unique("poison")
+    rejected = 3
+
+    async def workload() -> None:
+        async with mq.QueueClient(bootstrap=http_broker.bootstrap) as q:
+            await q.create_queue(queue, partitions=1, dead_letter_queue=f"{queue}-dlq")
+            for i in range(rejected + 2):
+                await q.send(queue, b"poison %d" % i)
+            got: list[mq.QueueMessage] = []
+            deadline = time.monotonic() + WAIT_S
+            while len(got) < rejected and time.monotonic() < deadline:
+                got += await q.receive(queue, max_messages=rejected - len(got), wait=1)
+            await q.reject(*got)
+
+    asyncio.run(workload())
+    labels = {"queue": queue, "group": queue}
+    deadline = time.monotonic() + WAIT_S  # the move to the dead-letter queue is in the background
+    while time.monotonic() < deadline:
+        samples = scrape(http_broker.http_url)
+        if matching(samples, "mq_queue_dead_lettered_total", **labels) == [rejected]:
+            break
+        time.sleep(0.2)
+    assert value(samples, "mq_queue_dead_lettered_total", **labels) == rejected
+    dlq = matching(samples, "mq_log_size_bytes", topic=f"{queue}-dlq")
+    assert len(dlq) == 1
+    assert dlq[0] > 0  # the copies are there (appended by the broker, not a producer)
+    assert value(samples, "mq_queue_messages", state="visible", **labels) == 2
+    assert value(samples, "mq_queue_messages", state="in_flight", **labels) == 0
