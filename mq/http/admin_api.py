@@ -13,9 +13,9 @@ Any broker answers for the whole cluster (:mod:`mq.http.admin_data` says where e
 field comes from). Errors are JSON ``{"error": <class>, "message": ...}``: 404 for a
 topic, partition or group that does not exist, 400 for a bad parameter, 503 when
 the broker that holds the data could not answer. Every answer is bounded (the
-constants of :mod:`mq.http.admin_data` and :mod:`mq.http.browse`). Rates are left
-to the reader: the answers carry ``time_ms`` and cumulative offsets and sizes, and
-the console differentiates successive polls.
+constants of :mod:`mq.http.admin_data`, :mod:`mq.http.admin_queues` and
+:mod:`mq.http.browse`). Rates are left to the reader: the answers carry ``time_ms``
+and cumulative offsets and sizes, and the console differentiates successive polls.
 
 Actions (create, delete, reset offsets, redrive) are not served: they come with the
 HTTP listener's authentication and ACLs.
@@ -39,7 +39,7 @@ from mq.errors import (
     MQError,
     UnknownTopicOrPartitionError,
 )
-from mq.http import admin_data, browse
+from mq.http import admin_data, admin_queues, browse
 from mq.http.shared import SharedAnswers
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ def add_routes(app: web.Application, broker: Broker) -> None:
         return await admin_data.group(broker, request.match_info["group"])
 
     async def queues(request: web.Request) -> Any:
-        return await admin_data.queues(broker)
+        return await admin_queues.queues(broker)
 
     app.add_routes(
         [

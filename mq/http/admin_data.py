@@ -1,4 +1,4 @@
-"""What the HTTP admin API answers: the cluster, topics, groups and queues as JSON-ready dicts.
+"""What the HTTP admin API answers: the cluster, topics and groups as JSON-ready dicts.
 
 Where the data comes from (every broker answers for the whole cluster):
 
@@ -13,13 +13,14 @@ Where the data comes from (every broker answers for the whole cluster):
   identified itself as this cluster's broker) for what other brokers hold, and
   for what this one holds in the same way: start and end offsets from each
   partition's leader (``list_offsets``), groups from every broker
-  (``list_groups``) and each group's coordinator (``describe_groups``), queue
-  depths from each partition's leader (``describe_queue``), records from a
-  partition's leader (``fetch``, in :mod:`mq.http.browse`).
+  (``list_groups``) and each group's coordinator (``describe_groups``); queue
+  depths from each partition's leader (``describe_queue``, in
+  :mod:`mq.http.admin_queues`), records from a partition's leader (``fetch``, in
+  :mod:`mq.http.browse`).
 
 Every answer is bounded: at most :data:`MAX_TOPICS` topics, :data:`MAX_PARTITIONS`
-partitions per topic, :data:`MAX_GROUPS` groups, :data:`MAX_QUEUES` queues, each
-call :data:`CALL_TIMEOUT_S`; what is left out is counted (``"truncated"``).
+partitions per topic, :data:`MAX_GROUPS` groups (:data:`MAX_DESCRIBED_GROUPS` of
+them described), each call :data:`CALL_TIMEOUT_S`; what is left out is counted (``"truncated"``).
 
 Thread safety: one event loop (the broker's).
 """
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from mq.errors import GroupIdNotFoundError, MQError, UnknownTopicOrPartitionError, error_for_code
@@ -36,7 +37,6 @@ from mq.queues import config as qc
 from mq.replication.placement import PartitionState
 from mq.wire.apis_data import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, LIST_OFFSETS
 from mq.wire.apis_groups import DESCRIBE_GROUPS, FIND_COORDINATOR, LIST_GROUPS
-from mq.wire.apis_queues import DESCRIBE_QUEUE
 from mq.wire.registry import Api
 
 if TYPE_CHECKING:
@@ -50,8 +50,6 @@ MAX_PARTITIONS: Final = 1_000
 """Partitions described for one topic; the wire's MAX_PARTITIONS per request is larger."""
 MAX_GROUPS: Final = 200
 """Groups listed; each costs nothing, but a describe costs one call to its coordinator."""
-MAX_QUEUES: Final = 100
-"""Queues described by /api/queues: one describe_queue per leader of each."""
 MAX_DESCRIBED_GROUPS: Final = 20
 """Groups described for the group list (members, total lag) and for a topic's answer
 (whose "consumed" offsets, their committed offsets summed, the console shows the
@@ -68,11 +66,11 @@ async def call_node(broker: Broker, node: int, api: Api[Any, T], body: Any) -> T
     return await _bounded(broker.peers.call_node(node, api, body))
 
 
-def _code_error(code: int, message: str | None) -> dict[str, Any]:
+def code_error(code: int, message: str | None) -> dict[str, Any]:
     return {"error": error_for_code(code).__name__, "message": message or ""}
 
 
-def _error(exc: BaseException) -> dict[str, Any]:
+def error_json(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, MQError):
         return {"error": type(exc).__name__, "message": exc.message}
     if isinstance(exc, TimeoutError):
@@ -213,11 +211,11 @@ async def _offsets(
                     for part in answer["partitions"]:
                         entry = found.setdefault(part["partition"], {})
                         if part["error"]:
-                            entry.update(_code_error(part["error"], part["message"]))
+                            entry.update(code_error(part["error"], part["message"]))
                         else:
                             entry[key] = part["offset"]
         except (MQError, OSError, TimeoutError) as exc:
-            found = {i: _error(exc) for i in indexes}
+            found = {i: error_json(exc) for i in indexes}
         out.update(found)
 
     await asyncio.gather(*(ask(node, indexes) for node, indexes in by_leader.items()))
@@ -292,7 +290,7 @@ async def _list_groups(broker: Broker) -> dict[str, Any]:
     errors = []
     for node, result in zip(nodes, results, strict=True):
         if isinstance(result, BaseException):
-            errors.append({"node_id": node, **_error(result)})
+            errors.append({"node_id": node, **error_json(result)})
             continue
         for group in result["groups"]:
             found[group["group_id"]] = group["state"]
@@ -399,85 +397,3 @@ async def _consumed(broker: Broker, topic: str) -> dict[int, int]:
                 index = entry["partition"]
                 out[index] = out.get(index, 0) + entry["committed_offset"]
     return out
-
-
-# -- queues ---------------------------------------------------------------------------------------
-
-QUEUE_COUNTS: Final = (
-    "visible",
-    "delayed",
-    "in_flight",
-    "dead_lettering",
-    "acked",
-    "dead_lettered",
-)
-
-
-async def _queue(broker: Broker, name: str, partitions: int) -> dict[str, Any]:
-    by_leader: dict[int, list[int]] = {}
-    missing = 0
-    for index in range(min(partitions, MAX_PARTITIONS)):
-        state = broker.view.partitions.get((name, index))
-        if state is None or is_offline(broker, state):
-            missing += 1
-        else:
-            by_leader.setdefault(state.leader, []).append(index)
-    entry: dict[str, Any] = {
-        "name": name,
-        "partitions": partitions,
-        **dict.fromkeys(QUEUE_COUNTS, 0),
-    }
-    oldest: int | None = None
-    errors: list[dict[str, Any]] = []
-    calls = [
-        call_node(
-            broker, node, DESCRIBE_QUEUE, {"group": name, "topic": name, "partitions": indexes}
-        )
-        for node, indexes in by_leader.items()
-    ]
-    for result in await asyncio.gather(*calls, return_exceptions=True):
-        if isinstance(result, BaseException):
-            errors.append(_error(result))
-            continue
-        for part in result["partitions"]:
-            if part["error"]:
-                failed = _code_error(part["error"], part["message"])
-                errors.append({"partition": part["partition"], **failed})
-                continue
-            for key in QUEUE_COUNTS:
-                entry[key] += part[key]
-            if part["oldest_visible_ms"] >= 0:
-                stamp = part["oldest_visible_ms"]
-                oldest = stamp if oldest is None else min(oldest, stamp)
-    now = time.time()
-    entry["oldest_age_s"] = None if oldest is None else max(0.0, now - oldest / 1000)
-    entry["offline_partitions"] = missing
-    entry["errors"] = errors
-    return entry
-
-
-def queue_names(broker: Broker) -> list[str]:
-    return sorted(
-        name
-        for name, record in broker.view.topics.items()
-        if not record.internal and qc.is_queue(record.configs)
-    )
-
-
-async def queues(broker: Broker, names: Iterable[str] | None = None) -> dict[str, Any]:
-    """Every queue (a topic with ``queue.*`` configs) with its depth by state, bounded."""
-    all_names = queue_names(broker) if names is None else list(names)
-    shown = all_names[:MAX_QUEUES]
-    view = broker.view
-    described = await asyncio.gather(
-        *(_queue(broker, n, view.topics[n].partitions) for n in shown if n in view.topics)
-    )
-    for entry in described:
-        configs = view.topics[entry["name"]].configs
-        entry["dead_letter_queue"] = qc.dead_letter_queue(configs)
-        entry["visibility_timeout_ms"] = int(configs.get(qc.VISIBILITY, qc.DEFAULTS[qc.VISIBILITY]))
-    return {
-        "queues": described,
-        "truncated": max(0, len(all_names) - MAX_QUEUES),
-        "time_ms": int(time.time() * 1000),
-    }
