@@ -69,7 +69,7 @@ def _failure(exc: BaseException) -> web.Response:
     return _json({"error": type(exc).__name__, "message": message}, status)
 
 
-def _int_param(request: web.Request, name: str, value: str | None, default: int) -> int:
+def _int_param(name: str, value: str | None, default: int) -> int:
     if value is None or value == "":
         return default
     try:
@@ -84,8 +84,11 @@ def add_routes(app: web.Application, broker: Broker) -> None:
 
     def _guarded(answer: Callable[[web.Request], Awaitable[Any]]) -> Handler:
         async def handle(request: web.Request) -> web.StreamResponse:
+            # the key names what the answer depends on: other query parameters (a
+            # client's cache buster) do not make it computed again
+            key = f"{request.path}?limit={request.query.get('limit', '')}"
             try:
-                return _json(await shared.get(request.path_qs, lambda: answer(request)))
+                return _json(await shared.get(key, lambda: answer(request)))
             except (MQError, OSError, TimeoutError) as exc:
                 return _failure(exc)
 
@@ -101,8 +104,8 @@ def add_routes(app: web.Application, broker: Broker) -> None:
         return await admin_data.topic(broker, request.match_info["topic"])
 
     async def records(request: web.Request) -> Any:
-        index = _int_param(request, "partition", request.match_info["partition"], 0)
-        limit = _int_param(request, "limit", request.query.get("limit"), browse.DEFAULT_RECORDS)
+        index = _int_param("partition", request.match_info["partition"], 0)
+        limit = _int_param("limit", request.query.get("limit"), browse.DEFAULT_RECORDS)
         return await browse.last_records(broker, request.match_info["topic"], index, limit)
 
     async def groups(request: web.Request) -> Any:

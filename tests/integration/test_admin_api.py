@@ -233,3 +233,6 @@ async def test_many_consoles_polling_cost_one_computation(
     await asyncio.sleep(SHARE_S + 0.1)
     await get(client, "/api/groups")
     assert computed == 2
+    await get(client, "/api/groups?cache-buster=1")
+    await get(client, "/api/groups?cache-buster=2")
+    assert computed == 2  # other query parameters do not defeat the sharing
