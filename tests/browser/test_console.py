@@ -21,7 +21,7 @@ from console_server import ConsoleServer, console_server
 from console_workload import COMMITTED, COUNTS, DLQ, GROUP, QUEUE, TOPIC, Workload, known_workload
 from playwright.async_api import Browser, Page, Route, expect
 
-from mq import Producer, TopicPartition
+from mq import Admin, Producer, TopicPartition
 
 TEST_TIMEOUT_S = 180
 
@@ -245,3 +245,27 @@ async def test_a_slow_answer_of_the_page_left_never_covers_the_next(
         await page.wait_for_timeout(500)  # (the groups page polls again only after 2 s)
         assert await page.locator("main h1").all_inner_texts() == ["Consumer groups"]
         assert await page.locator("#topics").count() == 0
+
+
+async def test_a_wide_group_charts_its_partitions_with_the_most_lag(
+    live: tuple[ConsoleServer, Workload], browser: Browser
+) -> None:
+    server, _ = live
+    wide = 45
+    async with asyncio.timeout(TEST_TIMEOUT_S), watched_page(browser) as (page, _watch):
+        async with Admin(bootstrap=server.bootstrap) as admin:
+            await admin.create_topic("wide", partitions=wide)
+            async with Producer(server.bootstrap) as producer:
+                sent = [
+                    await producer.send("wide", b"x", partition=p)
+                    for p in range(wide)
+                    for _ in range(p)
+                ]
+                await asyncio.gather(*sent)
+            await admin.reset_offsets("wide-readers", "wide", "earliest")  # lag p in p
+        await open_view(page, server, "groups/wide-readers")
+        caption = page.locator("#lag-chart figcaption")
+        await expect(caption).to_have_text(f"the 40 partitions with the most lag of {wide}")
+        shown = await lag_shown(page)
+        assert shown == {f"wide-{p}": f"{p} records" for p in range(wide - 40, wide)}
+        await expect(page.locator("#offsets tbody tr")).to_have_count(wide)

@@ -127,6 +127,14 @@ function groups(root, _params, api) {
   };
 }
 
+const MAX_BARS = 40; // a chart to read at a glance: the partitions with the most lag
+
+function mostLag(offsets) {
+  if (offsets.length <= MAX_BARS) return offsets;
+  const top = [...offsets].sort((a, b) => (b.lag ?? 0) - (a.lag ?? 0)).slice(0, MAX_BARS);
+  return offsets.filter((o) => top.includes(o)); // in partition order
+}
+
 function groupDetail(root, [id], api) {
   return async () => {
     const g = await api(`groups/${encodeURIComponent(id)}`);
@@ -139,8 +147,11 @@ function groupDetail(root, [id], api) {
         card("total lag", g.lag.toLocaleString(), g.lag ? "warn" : "good")),
       section("Lag per partition",
         h("div", { class: "charts" },
-          h("figure", { id: "lag-chart" }, bars(g.offsets.map((o) => ({
-            label: `${o.topic}-${o.partition}`, value: o.lag ?? 0 })), { unit: " records" })),
+          h("figure", { id: "lag-chart" }, bars(mostLag(g.offsets).map((o) => ({
+            label: `${o.topic}-${o.partition}`, value: o.lag ?? 0 })), { unit: " records" }),
+          g.offsets.length > MAX_BARS
+            ? h("figcaption", {}, `the ${MAX_BARS} partitions with the most lag of ${g.offsets.length}`)
+            : ""),
           h("figure", { id: "lag-trend" }, sparkline(total, { width: 260, height: 60, rate: false }),
             h("figcaption", {}, "total lag over time")))),
       section("Members", table([
