@@ -53,7 +53,7 @@ async def column(page: Page, table: str, index: int) -> list[str]:
 
 
 async def test_every_page_renders_the_live_cluster(
-    live: tuple[ConsoleServer, Workload], browser: Browser
+    browser: Browser, live: tuple[ConsoleServer, Workload]
 ) -> None:
     server, _ = live
     async with asyncio.timeout(TEST_TIMEOUT_S), watched_page(browser) as (page, _watch):
@@ -111,7 +111,7 @@ async def lag_shown(page: Page) -> dict[str, str]:
 
 
 async def test_lag_chart_follows_a_consumer_catching_up(
-    live: tuple[ConsoleServer, Workload], browser: Browser
+    browser: Browser, live: tuple[ConsoleServer, Workload]
 ) -> None:
     server, work = live
     async with asyncio.timeout(TEST_TIMEOUT_S), watched_page(browser) as (page, _watch):
@@ -135,7 +135,7 @@ async def test_lag_chart_follows_a_consumer_catching_up(
 
 
 async def test_topic_rates_are_live_charts(
-    live: tuple[ConsoleServer, Workload], browser: Browser
+    browser: Browser, live: tuple[ConsoleServer, Workload]
 ) -> None:
     """Records produced and committed while the topic page is open move its charts."""
     server, work = live
@@ -173,7 +173,7 @@ async def test_topic_rates_are_live_charts(
 
 
 async def test_message_browser_shows_a_record_just_produced(
-    live: tuple[ConsoleServer, Workload], browser: Browser
+    browser: Browser, live: tuple[ConsoleServer, Workload]
 ) -> None:
     server, _ = live
     async with asyncio.timeout(TEST_TIMEOUT_S), watched_page(browser) as (page, _watch):
@@ -226,7 +226,7 @@ async def test_a_javascript_error_fails_the_page_check(browser: Browser) -> None
 
 
 async def test_a_slow_answer_of_the_page_left_never_covers_the_next(
-    live: tuple[ConsoleServer, Workload], browser: Browser
+    browser: Browser, live: tuple[ConsoleServer, Workload]
 ) -> None:
     server, _ = live
     async with asyncio.timeout(TEST_TIMEOUT_S), watched_page(browser) as (page, _watch):
@@ -248,7 +248,7 @@ async def test_a_slow_answer_of_the_page_left_never_covers_the_next(
 
 
 async def test_a_wide_group_charts_its_partitions_with_the_most_lag(
-    live: tuple[ConsoleServer, Workload], browser: Browser
+    browser: Browser, live: tuple[ConsoleServer, Workload]
 ) -> None:
     server, _ = live
     wide = 45

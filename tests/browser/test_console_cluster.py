@@ -45,7 +45,7 @@ async def browser() -> AsyncIterator[Browser]:
         yield found
 
 
-async def test_overview_shows_a_lost_broker_live(cluster: LocalCluster, browser: Browser) -> None:
+async def test_overview_shows_a_lost_broker_live(browser: Browser, cluster: LocalCluster) -> None:
     async with asyncio.timeout(TEST_TIMEOUT_S), watched_page(browser) as (page, watch):
         async with Admin(bootstrap=cluster.bootstrap) as admin:
             await admin.create_topic("payments", partitions=3, replication_factor=3)
