@@ -2,8 +2,10 @@
 
 Two broker processes run at once, each with a data directory of its own: ``off``
 (``mq serve``, no HTTP listener: nothing is counted) and ``on`` (``mq serve
---http-port 0``: every request, produce and fetch counted, and a scraper fetching
-``/metrics`` every second while each of its runs lasts, from another process).
+--http-port 0``: every request, produce and fetch counted), and a scraper, a process
+of its own, fetches the ``on`` broker's ``/metrics`` every second for the whole
+measurement (its own CPU falls on both variants' runs; the broker's work for each
+scrape on the ``on`` runs only).
 The runs alternate between them (off, on, then on, off, ...), each a run of
 :func:`benchmarks.client.one_run` (W1 with ``send()``, W1 with ``send_many``, W3)
 on a new topic, so that load from elsewhere on a shared machine falls on both.
@@ -56,6 +58,8 @@ def scraping(url: str) -> Iterator[None]:
     )
     try:
         yield
+        if proc.poll() is not None:
+            raise RuntimeError(f"the scraper stopped (exit code {proc.returncode})")
     finally:
         proc.terminate()
         proc.wait(15)
@@ -74,16 +78,12 @@ def measure(messages: int, size: int, runs: int) -> dict[str, list[Figure]]:
         }
         try:
             assert brokers["on"].http_url, "the broker printed no HTTP address"
-            for run in range(runs):
-                order = VARIANTS if run % 2 == 0 else VARIANTS[::-1]
-                for variant in order:
-                    broker = brokers[variant]
-                    w1, w1_many, w3 = figures[variant]
-                    if variant == "on":
-                        with scraping(f"{broker.http_url}/metrics"):
-                            uvloop.run(one_run(broker, run, values, w1, w1_many, w3))
-                    else:
-                        uvloop.run(one_run(broker, run, values, w1, w1_many, w3))
+            with scraping(f"{brokers['on'].http_url}/metrics"):
+                for run in range(runs):
+                    order = VARIANTS if run % 2 == 0 else VARIANTS[::-1]
+                    for variant in order:
+                        w1, w1_many, w3 = figures[variant]
+                        uvloop.run(one_run(brokers[variant], run, values, w1, w1_many, w3))
         finally:
             for broker in brokers.values():
                 broker.stop()

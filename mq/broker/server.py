@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mq.broker import (
     gate,
@@ -34,7 +34,6 @@ from mq.broker.coordinator import GroupCoordinator
 from mq.broker.offsets import OffsetStore
 from mq.broker.queues import ShareManager
 from mq.errors import UnsupportedVersionError
-from mq.http.listener import HttpListener
 from mq.wire import (
     apis_cluster,
     apis_core,
@@ -45,6 +44,9 @@ from mq.wire import (
 )
 from mq.wire.messages import Request
 from mq.wire.registry import Api
+
+if TYPE_CHECKING:
+    from mq.http.listener import HttpListener
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +183,8 @@ class Server:
         await coordinator.start()
         await queues.start()
         if config.http_port is not None:
+            from mq.http.listener import HttpListener  # aiohttp, prometheus: only if asked
+
             self.http = HttpListener(self.broker, config.host, config.http_port)
             await self.http.start()
         log.info("mq broker %d listening on %s:%d", config.node_id, host, port)

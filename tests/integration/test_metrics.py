@@ -85,7 +85,9 @@ def test_topic_counters_and_group_lag(http_broker: BrokerProcess) -> None:
     async def workload() -> int:
         bootstrap = http_broker.bootstrap
         async with mq.Admin(bootstrap=bootstrap) as admin:
-            await admin.create_topic(topic, partitions=1, replication_factor=1)
+            await admin.create_topic(
+                topic, partitions=1, replication_factor=1, configs={"flush": "always"}
+            )
         await produce(bootstrap, topic, batches, per_batch)
         read = 0
         async with mq.Consumer(
@@ -129,7 +131,11 @@ def test_topic_counters_and_group_lag(http_broker: BrokerProcess) -> None:
     assert value(samples, "mq_offline_partitions") == 0
     assert value(samples, "mq_partition_under_replicated", topic=topic, partition="0") == 0
     assert value(samples, "mq_connections", listener="http") >= 1
-    assert value(samples, "mq_log_flush_seconds_count") >= 0
+    # flush=always: each acknowledged produce was synced first (a sync may cover several)
+    assert value(samples, "mq_log_flush_seconds_count") >= 1
+    assert value(samples, "mq_log_flush_seconds_sum") > 0
+    flushes = value(samples, "mq_log_flush_seconds_bucket", le="+Inf")
+    assert flushes == value(samples, "mq_log_flush_seconds_count")
 
 
 def test_caught_up_group_has_no_lag(http_broker: BrokerProcess) -> None:
