@@ -15,6 +15,7 @@ setup(
         "mq_cli",
     ],
     package_dir={"mq_cli": "cli"},
+    package_data={"mq.http": ["console/*"]},  # the web console's static files
     ext_modules=[
         Extension(
             "mq.records._speedups",

@@ -96,6 +96,15 @@ class Peers:
             _unavailable,
         )
 
+    async def call_node(self, node_id: int, api: Api[Any, RespT], body: Any) -> RespT:
+        """Send ``body`` to the live broker ``node_id`` (this one too) as a broker, once
+        (the HTTP admin API reads groups, queues, offsets and records this way)."""
+        info = self._broker.view.brokers.get(node_id)
+        if info is None:
+            raise LeaderNotAvailableError(f"broker {node_id} is not alive")
+        connection = await self._connection((info.host, info.port))
+        return await connection.call(api, body, timeout_s=WAIT_S)
+
     async def _connection(self, address: tuple[str, int]) -> Connection:
         found = self._connections.get(address)
         if found is not None and not found.closed:

@@ -12,14 +12,19 @@ from collections.abc import Callable
 from aiohttp import web
 
 from mq.broker.broker import Broker
-from mq.http import health, metrics
+from mq.http import admin_api, console_routes, health, metrics
 
 BROKER_KEY = web.AppKey("broker", Broker)
 """``request.app[BROKER_KEY]``: the broker an HTTP handler serves."""
 
 RouteGroup = Callable[[web.Application, Broker], None]
 
-ROUTE_GROUPS: list[RouteGroup] = [health.add_routes, metrics.add_routes]
+ROUTE_GROUPS: list[RouteGroup] = [
+    health.add_routes,
+    metrics.add_routes,
+    admin_api.add_routes,  # the console's JSON API (/api/...)
+    console_routes.add_routes,  # the web console (/, /console/...)
+]
 """Each module's ``add_routes``; append a group here to serve it."""
 
 
