@@ -42,6 +42,27 @@ from mq.errors import MQError
 @click.option(
     "--node-id", type=click.IntRange(0, 2**31 - 1), help="This broker's id in the cluster [0]."
 )
+@click.option(
+    "--listener",
+    "listeners",
+    multiple=True,
+    metavar="SCHEME://HOST:PORT",
+    help="A listener (repeatable): plaintext, ssl, sasl_plaintext or sasl_ssl "
+    "[plaintext on --host/--port].",
+)
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM chain.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM key.")
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Require client certificates from this CA (mutual TLS).",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    default=None,
+    help="Allow a non-loopback listener without TLS and authentication.",
+)
 def serve(
     data_dir: Path | None,
     host: str | None,
@@ -49,6 +70,11 @@ def serve(
     config_file: Path | None,
     metadata: str | None,
     node_id: int | None,
+    listeners: tuple[str, ...],
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_client_ca: str | None,
+    insecure: bool | None,
 ) -> None:
     """Run a broker (a single node with the embedded defaults unless told otherwise)."""
     flags = {
@@ -57,6 +83,11 @@ def serve(
         "port": port,
         "metadata": metadata,
         "node_id": node_id,
+        "listeners": listeners or None,
+        "tls_cert": tls_cert,
+        "tls_key": tls_key,
+        "tls_client_ca": tls_client_ca,
+        "insecure": True if insecure else None,
     }
     try:
         if config_file is not None:
@@ -84,6 +115,9 @@ async def _run(config: BrokerConfig) -> None:
         await server.stop()
         raise
     click.echo(f"mq listening on {host}:{port} (data in {config.data_dir})", err=True)
+    if config.listeners:
+        for name, (lhost, lport) in server.bound.items():
+            click.echo(f"mq listener {name} on {lhost}:{lport}", err=True)
     try:
         await stop.wait()
     finally:

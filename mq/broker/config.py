@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from mq.broker import listeners as listener_specs
 from mq.config_values import parse_int
 from mq.errors import InvalidConfigError
 from mq.storage.config import MAX_DURATION_MS, MAX_LOG_BYTES, LogConfig
@@ -204,6 +205,40 @@ class BrokerConfig:
     the broker-only APIs (:mod:`mq.replication.hello`): the same on every broker, at
     least 16 bytes. None (the default): a random one, made by the cluster's first
     broker and kept in the metadata store. Never logged."""
+    # -- identity (issue 19): listeners, TLS, SASL, inter-broker authentication ----------
+    listeners: tuple[str, ...] = ()
+    """``SCHEME://HOST:PORT`` each (:mod:`mq.broker.listeners`); empty: the embedded
+    default, one plaintext listener on ``host``:``port`` with no authentication."""
+    insecure: bool = False
+    """Listen on a non-loopback address without TLS and authentication anyway."""
+    tls_cert: str | None = None
+    """The broker's certificate chain (PEM), for its ``ssl`` and ``sasl_ssl`` listeners."""
+    tls_key: str | None = field(default=None, repr=False)
+    """The private key of :attr:`tls_cert` (PEM)."""
+    tls_client_ca: str | None = None
+    """CA certificates (PEM) that client certificates must chain to: set, the TLS
+    listeners require a client certificate (mutual TLS) and an ``ssl`` listener's
+    principal is mapped from its subject (:attr:`ssl_principal_mapping_rules`)."""
+    tls_trust_ca: str | None = None
+    """CA certificates (PEM) a broker trusts when it connects to another over TLS
+    (default: :attr:`tls_client_ca`)."""
+    ssl_principal_mapping_rules: tuple[str, ...] = ("DEFAULT",)
+    """Kafka's ``ssl.principal.mapping.rules`` (:mod:`mq.broker.principals`): the first
+    ``RULE:pattern/replacement/[L|U]`` whose pattern matches the whole subject
+    (RFC 2253, ``CN=alice,O=Acme``) names the user; ``DEFAULT``: the subject's CN."""
+    sasl_failed_authentication_delay_ms: int = 500
+    """A failed SASL login is answered after this delay (Kafka's
+    ``connection.failed.authentication.delay.ms``): guessing passwords gets slow."""
+    sasl_authenticate_timeout_ms: int = 10_000
+    """A connection to a SASL listener that has not authenticated within this long
+    is closed (a handshake never finished holds nothing for longer)."""
+    inter_broker_listener: str | None = None
+    """The name of the listener (``SASL_SSL``...) brokers connect to each other
+    through; None: the first listener."""
+    inter_broker_sasl_mechanism: str = "SCRAM-SHA-512"
+    inter_broker_sasl_username: str | None = None
+    inter_broker_sasl_password: str | None = field(default=None, repr=False)
+    """The broker's own SASL credentials on a SASL inter-broker listener. Never logged."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -272,6 +307,9 @@ class BrokerConfig:
             raise InvalidConfigError(
                 f"inter_broker_secret must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes long"
             )
+        for name in ("listeners", "ssl_principal_mapping_rules"):  # TOML gives lists
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        listener_specs.check(self)
         if self.metadata is not None and not self.metadata.startswith("etcd://"):
             raise InvalidConfigError(f"metadata must be etcd://HOST:PORT, got {self.metadata!r}")
 
@@ -329,6 +367,9 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "unfinished_frame_timeout_ms": (1, MAX_DURATION_MS),
     "response_stall_timeout_ms": (1, MAX_DURATION_MS),
     "close_linger_ms": (1, MAX_DURATION_MS),
+    # identity (issue 19)
+    "sasl_failed_authentication_delay_ms": (0, 10_000),
+    "sasl_authenticate_timeout_ms": (100, 600_000),
     # files
     "max_open_files": (1, 1 << 24),
     "fd_reserve": (0, 1 << 24),

@@ -30,6 +30,8 @@ key   name                           purpose
 43    elect_leaders                  move leadership back to preferred leaders (on the controller)
 45    alter_partition_reassignments  start or cancel moves of partitions to new replicas
 46    list_partition_reassignments   the partition moves in progress
+50    describe_user_scram_credentials  the SCRAM users and their mechanisms (never keys)
+51    alter_user_scram_credentials   add, replace or delete users' SCRAM credentials
 1000  replica_fetch                  a follower pulls from its leader (reads to the log end)
 1001  internal_append                a broker appends to an internal topic led elsewhere
 1002  broker_hello                   a connection proves it is a broker of this cluster
@@ -51,6 +53,7 @@ from mq.wire import (
     apis_groups,
     apis_queues,
     apis_replication,
+    apis_security,
 )
 from mq.wire.registry import all_apis
 
@@ -59,13 +62,19 @@ RESERVED_KEYS: dict[int, str] = {
     30: "create_acls",
     31: "delete_acls",
     42: "delete_groups",
-    50: "describe_user_scram_credentials",
-    51: "alter_user_scram_credentials",
 }
 """Keys set aside for later APIs, by the name each will be declared with: ACLs
 and SCRAM users (Kafka's keys), and group deletion."""
 
-AREAS = (apis_core, apis_data, apis_groups, apis_replication, apis_cluster, apis_queues)
+AREAS = (
+    apis_core,
+    apis_data,
+    apis_groups,
+    apis_replication,
+    apis_cluster,
+    apis_queues,
+    apis_security,
+)
 """The modules whose ``define_api`` calls make up the protocol."""
 
 __all__ = ["AREAS", "RESERVED_KEYS", "all_apis"]

@@ -392,6 +392,8 @@ def test_the_apis_the_broker_needs_are_defined() -> None:
         "queue_receive": 1010,
         "queue_ack": 1011,
         "describe_queue": 1012,
+        "describe_user_scram_credentials": 50,
+        "alter_user_scram_credentials": 51,
     }
     assert {a.name: a.key for a in all_apis()} == wanted
     for name, key in wanted.items():
