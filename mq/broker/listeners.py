@@ -93,9 +93,10 @@ class Endpoint(NamedTuple):
 
 def parse_listener(text: str) -> Listener:
     """``SCHEME://HOST:PORT`` → a :class:`Listener` (INVALID_CONFIG naming what is wrong)."""
-    parts = urlsplit(text.strip())
-    scheme = parts.scheme.lower()
-    if scheme not in SCHEMES:
+    scheme, sep, rest = text.strip().partition("://")
+    scheme = scheme.lower()
+    parts = urlsplit(f"tcp://{rest}")  # urlsplit takes no '_' in a scheme
+    if not sep or scheme not in SCHEMES:
         raise InvalidConfigError(
             f"listener {text!r}: the scheme must be one of {', '.join(SCHEMES)}"
         )
@@ -157,8 +158,10 @@ def check(config: BrokerConfig) -> None:
         raise InvalidConfigError(
             "inter_broker_sasl_mechanism must be SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN"
         )
-    if ib.sasl and (
-        config.inter_broker_sasl_username is None or config.inter_broker_sasl_password is None
+    if (
+        ib.sasl
+        and config.metadata is not None  # a single node opens no inter-broker connection
+        and (config.inter_broker_sasl_username is None or config.inter_broker_sasl_password is None)
     ):
         raise InvalidConfigError(
             f"the inter-broker listener is {ib.name}: set inter_broker_sasl_username and "
@@ -268,10 +271,7 @@ def broker_security(config: BrokerConfig) -> Security | None:
     if listener.sasl and (
         config.inter_broker_sasl_username is None or config.inter_broker_sasl_password is None
     ):
-        raise InvalidConfigError(
-            f"the inter-broker listener is {listener.name}: set inter_broker_sasl_username "
-            "and inter_broker_sasl_password (a user made with `mq user add`)"
-        )
+        return None  # a single node (check() requires them in a cluster): never used
     return Security(
         listener.name,
         config.inter_broker_sasl_mechanism,
