@@ -43,7 +43,9 @@ def _name(cn: str, org: str = "mq tests") -> x509.Name:
     )
 
 
-def _write(directory: Path, stem: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey) -> Pair:
+def _write(
+    directory: Path, stem: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey
+) -> Pair:
     cert_path = directory / f"{stem}.pem"
     key_path = directory / f"{stem}.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
@@ -145,7 +147,9 @@ def make_pki(directory: Path, clients: tuple[str, ...] = ("alice",)) -> Pki:
         ca=ca_path,
         server=_write(directory, "server", *_leaf(ca, "broker", hosts=local)),
         expired=_write(directory, "expired", *_leaf(ca, "broker", hosts=local, expired=True)),
-        wrong_host=_write(directory, "wrong-host", *_leaf(ca, "elsewhere", hosts=["mq.example.com"])),
+        wrong_host=_write(
+            directory, "wrong-host", *_leaf(ca, "elsewhere", hosts=["mq.example.com"])
+        ),
         clients={
             name: _write(directory, f"client-{name}", *_leaf(ca, name, client=True))
             for name in clients

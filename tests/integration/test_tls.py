@@ -58,9 +58,7 @@ def _address(running: Running, name: str) -> str:
 
 async def test_a_tls_client_produces_and_consumes(tls_broker: Running, pki: Pki) -> None:
     bootstrap = _address(tls_broker, "SSL")
-    async with mq.Producer(
-        bootstrap, security_protocol="SSL", ssl_cafile=str(pki.ca)
-    ) as producer:
+    async with mq.Producer(bootstrap, security_protocol="SSL", ssl_cafile=str(pki.ca)) as producer:
         await producer.send_and_wait("t", b"over tls")
     async with mq.Consumer(
         "t",
@@ -76,7 +74,9 @@ async def test_a_tls_client_produces_and_consumes(tls_broker: Running, pki: Pki)
     assert listeners == {"SSL"}, "the consumer connected through the SSL listener only"
 
 
-async def test_metadata_gives_the_address_of_the_listener_used(tls_broker: Running, pki: Pki) -> None:
+async def test_metadata_gives_the_address_of_the_listener_used(
+    tls_broker: Running, pki: Pki
+) -> None:
     security = Security("SSL", ssl_context=tls_context(str(pki.ca)))
     for name, used in (("SSL", security), ("PLAINTEXT", None)):
         conn = await _connect(_address(tls_broker, name), used)
@@ -163,7 +163,9 @@ def test_a_non_loopback_listener_needs_tls_and_authentication(pki: Pki) -> None:
         BrokerConfig(host="0.0.0.0")
     with pytest.raises(InvalidConfigError, match="needs TLS and authentication"):
         BrokerConfig(
-            listeners=("ssl://0.0.0.0:0",), tls_cert=str(pki.server.cert), tls_key=str(pki.server.key)
+            listeners=("ssl://0.0.0.0:0",),
+            tls_cert=str(pki.server.cert),
+            tls_key=str(pki.server.key),
         )
     BrokerConfig(host="0.0.0.0", insecure=True)
     BrokerConfig(
