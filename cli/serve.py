@@ -114,10 +114,10 @@ async def _run(config: BrokerConfig) -> None:
     except BaseException:
         await server.stop()
         raise
-    click.echo(f"mq listening on {host}:{port} (data in {config.data_dir})", err=True)
-    if config.listeners:
+    if config.listeners:  # before the "listening" line scripts wait for
         for name, (lhost, lport) in server.bound.items():
             click.echo(f"mq listener {name} on {lhost}:{lport}", err=True)
+    click.echo(f"mq listening on {host}:{port} (data in {config.data_dir})", err=True)
     try:
         await stop.wait()
     finally:
