@@ -145,8 +145,8 @@ class Connection(asyncio.Protocol):
                     await loop.create_connection(
                         lambda: conn, host, port, ssl=tls, server_hostname=host if tls else None
                     )
-                except (ssl.SSLError, ConnectionError) as exc:
-                    if tls is None:
+                except (ssl.SSLError, ConnectionResetError, ConnectionAbortedError) as exc:
+                    if tls is None:  # a refused connect is not a TLS matter: retriable
                         raise
                     raise tls_failure(host, port, exc) from exc
                 response = await conn.call(API_VERSIONS, conn._api_versions_body(), version=0)
