@@ -46,6 +46,14 @@ class BrokerInfo(NamedTuple):
     ``host``/``port`` are the inter-broker listener's. Empty: a broker of an older
     version, reachable only at ``host``/``port``."""
 
+    @classmethod
+    def decode(cls, value: bytes) -> BrokerInfo:
+        """A registration as :func:`register` wrote it (endpoints as tuples)."""
+        fields = msgpack.unpackb(value)
+        if len(fields) > 4:
+            fields[4] = tuple(tuple(endpoint) for endpoint in fields[4])
+        return cls(*fields)
+
 
 class Controller(NamedTuple):
     node_id: int
@@ -74,7 +82,7 @@ async def live_brokers(store: MetadataStore) -> tuple[dict[int, BrokerInfo], int
     entries, revision = await store.get_prefix(BROKERS)
     brokers = {}
     for entry in entries:
-        info = BrokerInfo(*msgpack.unpackb(entry.value))
+        info = BrokerInfo.decode(entry.value)
         brokers[info.node_id] = info
     return brokers, revision
 
