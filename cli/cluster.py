@@ -35,7 +35,7 @@ from mq.local_cluster import (
 )
 from mq.wire.apis_core import MetadataResponse
 
-from .common import bootstrap_option, run
+from .common import bootstrap_option, run, security
 from .rebalance import rebalance
 
 MAX_LOCAL_NODES = 16
@@ -220,7 +220,11 @@ def status(bootstrap: str, as_json: bool) -> None:
     """
 
     async def main() -> MetadataResponse:
-        client = Client(bootstrap, client_id="mq-cluster-status")
+        from mq.client.security import security_from
+
+        client = Client(
+            bootstrap, client_id="mq-cluster-status", security=security_from(security())
+        )
         try:
             await client.start()
             return await client.fetch_all_metadata()

@@ -28,8 +28,8 @@ by ``inter_broker_listener`` (default: the first listener); its address is the o
 :class:`~mq.replication.membership.BrokerInfo` ``host``/``port`` carry.
 
 TLS: the standard :mod:`ssl` module (uvloop's ``create_server`` takes its
-contexts), TLS 1.2 and later only, the ``ssl`` module's default cipher list (no
-RC4, 3DES, export or NULL suites, forward secrecy first).
+contexts), TLS 1.2 and later only, no TLS compression; with TLS 1.2 only
+forward-secret AEAD suites (:data:`SERVER_CIPHERS`).
 
 Thread safety: pure functions and frozen values.
 """
@@ -183,6 +183,11 @@ def check(config: BrokerConfig) -> None:
             )
 
 
+SERVER_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:DHE+AESGCM:DHE+CHACHA20:!aNULL:!eNULL:!MD5:!DSS"
+"""TLS 1.2 suites the broker accepts: forward secrecy and AEAD only (TLS 1.3's suites are
+all of that kind and are not affected by this list)."""
+
+
 def _harden(context: ssl.SSLContext) -> ssl.SSLContext:
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.options |= ssl.OP_NO_COMPRESSION
@@ -195,6 +200,7 @@ def server_context(config: BrokerConfig) -> ssl.SSLContext:
     assert config.tls_cert is not None
     assert config.tls_key is not None
     context = _harden(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER))
+    context.set_ciphers(SERVER_CIPHERS)
     try:
         context.load_cert_chain(config.tls_cert, config.tls_key)
         if config.tls_client_ca is not None:

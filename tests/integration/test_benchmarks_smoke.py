@@ -110,3 +110,12 @@ def test_isolation_runs_a_pattern_between_two_solo_phases() -> None:
         assert phase["rss_peak_mb"] > 0
         assert phase["fds_peak"] > 0
     assert result["solo_p99_ms"] > 0
+
+
+def test_security_benchmark_runs_and_verifies() -> None:
+    [result] = run_benchmark("benchmarks.security", "--messages", "2000", "--runs", "2")
+
+    assert result["verified"] is True
+    for workload in ("W1", "W3"):
+        assert len(result[workload]["runs_s"]["sasl_ssl"]) == 2
+        assert result[workload]["ratio"] > 0

@@ -10,7 +10,11 @@ client on a TLS port fail at once, saying so.
 from __future__ import annotations
 
 import asyncio
+import ssl
+import subprocess
+import sys
 import time
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -198,3 +202,37 @@ async def test_the_default_is_one_plaintext_listener_on_loopback(tmp_path: Path)
         async with mq.Admin(running.bootstrap) as admin:
             await admin.create_topic("plain", partitions=1)
         await asyncio.sleep(0)
+
+
+async def test_tls_below_1_2_is_refused(tls_broker: Running, pki: Pki) -> None:
+    old = tls_context(str(pki.ca))
+    with warnings.catch_warnings():  # the ssl module deprecates what this test needs
+        warnings.simplefilter("ignore", DeprecationWarning)
+        old.minimum_version = ssl.TLSVersion.TLSv1
+        old.maximum_version = ssl.TLSVersion.TLSv1_1
+    with pytest.raises(TlsMismatchError):
+        await _connect(_address(tls_broker, "SSL"), Security("SSL", ssl_context=old))
+
+
+def test_serve_refuses_a_non_loopback_address_without_tls_saying_why(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mq_cli.main",
+            "serve",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "needs TLS and authentication" in done.stderr
+    assert "--insecure" in done.stderr
