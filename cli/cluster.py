@@ -20,7 +20,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -220,11 +220,10 @@ def status(bootstrap: str, as_json: bool) -> None:
     """
 
     async def main() -> MetadataResponse:
-        from mq.client.security import security_from
+        from mq.client.security import SecurityOptions, security_from
 
-        client = Client(
-            bootstrap, client_id="mq-cluster-status", security=security_from(security())
-        )
+        options = cast(SecurityOptions, security())
+        client = Client(bootstrap, client_id="mq-cluster-status", security=security_from(options))
         try:
             await client.start()
             return await client.fetch_all_metadata()
