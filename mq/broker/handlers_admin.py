@@ -115,7 +115,9 @@ async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -
         "brokers": [
             {"node_id": b.node_id, "host": host, "port": port, "rack": None}
             for b in sorted(brokers.values(), key=lambda b: b.node_id)
-            for host, port in [address_on(b.endpoints, ctx.listener, (b.host, b.port))]
+            for address in [address_on(b.endpoints, ctx.listener, (b.host, b.port))]
+            if address is not None
+            for host, port in [address]
         ],
         "topics": topics,
     }

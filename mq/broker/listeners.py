@@ -228,14 +228,17 @@ def endpoints(listeners: Iterable[Listener], bound: dict[str, int]) -> list[Endp
 
 def address_on(
     endpoints_: Sequence[Sequence[object]], listener: str | None, default: tuple[str, int]
-) -> tuple[str, int]:
-    """A broker's address on ``listener`` (``default``: its inter-broker address, for
-    brokers that registered no listener of that name)."""
-    if listener is not None:
-        for entry in endpoints_:
-            if entry[0] == listener:
-                return str(entry[1]), int(str(entry[2]))
-    return default
+) -> tuple[str, int] | None:
+    """A broker's address on ``listener``: ``default`` (its registered host and port) for
+    a broker that registered no listeners (an older version), None for one that has no
+    listener of that name (a client of that listener cannot reach it: Kafka leaves such
+    brokers out of its metadata too)."""
+    if not endpoints_:
+        return default
+    for entry in endpoints_:
+        if entry[0] == listener:
+            return str(entry[1]), int(str(entry[2]))
+    return None
 
 
 TLS_RECORD_START = (b"\x16\x03",)
