@@ -27,6 +27,7 @@ class Pair:
 class Pki:
     ca: Path
     server: Pair
+    """For 127.0.0.1 and localhost; a broker also shows it as its client certificate."""
     expired: Pair
     wrong_host: Pair
     clients: dict[str, Pair]
@@ -117,7 +118,9 @@ def _leaf(
         .not_valid_after(end)
         .add_extension(
             x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH]
+                [ExtendedKeyUsageOID.CLIENT_AUTH]
+                if client
+                else [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
             ),
             critical=False,
         )
