@@ -1,7 +1,9 @@
 """``mq serve``: run a broker in the foreground until SIGTERM or SIGINT.
 
 With no options it is the embedded default: one node, data in ``./mq-data``,
-listening on 127.0.0.1:9292, no etcd and no configuration file. With
+listening on 127.0.0.1:9292, no etcd and no configuration file. ``--listener``
+(repeatable) replaces that listener with secured ones (:mod:`mq.broker.listeners`);
+each is printed as ``mq listener NAME on HOST:PORT`` before the line below. With
 ``--metadata etcd://HOST:PORT --node-id N`` it joins a replicated cluster. On a signal it
 stops accepting, finishes in-flight appends, syncs and closes every segment.
 Once listening it prints ``mq listening on HOST:PORT`` (with the real port
@@ -47,8 +49,8 @@ from mq.errors import MQError
     "listeners",
     multiple=True,
     metavar="SCHEME://HOST:PORT",
-    help="A listener (repeatable): plaintext, ssl, sasl_plaintext or sasl_ssl "
-    "[plaintext on --host/--port].",
+    help="A listener (repeatable): plaintext, ssl, sasl_plaintext or sasl_ssl; given, "
+    "--host and --port are not used [plaintext on --host/--port].",
 )
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM chain.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM key.")
