@@ -236,3 +236,15 @@ def test_serve_refuses_a_non_loopback_address_without_tls_saying_why(tmp_path: P
     assert done.returncode != 0
     assert "needs TLS and authentication" in done.stderr
     assert "--insecure" in done.stderr
+
+
+async def test_a_refused_tls_connect_is_a_retriable_network_error(pki: Pki) -> None:
+    """Regression: a connect refused (a broker restarting) once became a non-retriable
+    TlsMismatchError, and a producer failed its records instead of retrying."""
+    from mq.local_cluster import free_port
+
+    security = Security("SSL", ssl_context=tls_context(str(pki.ca)))
+    with pytest.raises(NetworkError) as caught:
+        await _connect(f"127.0.0.1:{free_port()}", security)
+    assert not isinstance(caught.value, TlsMismatchError)
+    assert caught.value.retriable
