@@ -308,7 +308,10 @@ class BrokerConfig:
                 f"inter_broker_secret must be {MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} bytes long"
             )
         for name in ("listeners", "ssl_principal_mapping_rules"):  # TOML gives lists
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+            values = getattr(self, name)
+            if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+                raise InvalidConfigError(f"{name} must be a list of strings, got {values!r}")
+            object.__setattr__(self, name, tuple(values))
         listener_specs.check(self)
         if self.metadata is not None and not self.metadata.startswith("etcd://"):
             raise InvalidConfigError(f"metadata must be etcd://HOST:PORT, got {self.metadata!r}")

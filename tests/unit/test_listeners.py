@@ -46,6 +46,10 @@ def test_listener_settings_are_checked() -> None:
         BrokerConfig(sasl_failed_authentication_delay_ms=60_000)
     with pytest.raises(InvalidConfigError, match="ssl_principal_mapping_rules"):
         BrokerConfig(ssl_principal_mapping_rules=("RULE:(/x",))
+    with pytest.raises(InvalidConfigError, match="listeners must be a list of strings"):
+        BrokerConfig(listeners="plaintext://127.0.0.1:1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidConfigError, match="listeners must be a list of strings"):
+        BrokerConfig(listeners=[9292])  # type: ignore[arg-type]
 
 
 def test_the_subject_is_written_as_rfc_2253() -> None:
