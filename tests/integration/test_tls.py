@@ -153,6 +153,11 @@ async def test_mutual_tls_names_the_principal_and_requires_a_certificate(
         # no client certificate: the handshake (or the first request) is refused
         with pytest.raises(NetworkError):
             await _connect_and_ask(address, Security("SSL", ssl_context=tls_context(str(pki.ca))))
+        # an expired client certificate: refused too
+        expired = tls_context(str(pki.ca), str(pki.expired.cert), str(pki.expired.key))
+        with pytest.raises(NetworkError):
+            await _connect_and_ask(address, Security("SSL", ssl_context=expired))
+        assert not [c for c in running.server.connections if c.ctx.listener == "SSL"]
 
 
 async def test_principal_mapping_rules_apply(tmp_path: Path, pki: Pki) -> None:
