@@ -273,3 +273,16 @@ def test_security_options_are_checked() -> None:
 async def test_a_network_error_is_not_an_authentication_error(sasl_broker: Running) -> None:
     with pytest.raises(NetworkError):
         await Connection.open("127.0.0.1", 1, security=None, connect_timeout_s=2)
+
+
+async def test_a_queue_client_over_sasl_ssl(sasl_broker: Running, pki: Pki) -> None:
+    """The queue client's own admin client and producer get the security keywords too."""
+    options = {**_ssl(pki), "sasl_plain_username": "alice", "sasl_plain_password": "alice-secret"}
+    async with mq.QueueClient(sasl_broker.server_address("SASL_SSL"), **options) as queue:
+        await queue.create_queue("jobs")
+        await queue.send("jobs", b"job-1")
+        messages = await queue.receive("jobs", max_messages=1, wait=10)
+        assert [m.body for m in messages] == [b"job-1"]
+        await queue.ack(*messages)
+        listeners = {c.ctx.listener for c in sasl_broker.server.connections if c.ctx.authenticated}
+    assert listeners == {"SASL_SSL"}
