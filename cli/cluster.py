@@ -20,7 +20,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -35,7 +35,7 @@ from mq.local_cluster import (
 )
 from mq.wire.apis_core import MetadataResponse
 
-from .common import bootstrap_option, run
+from .common import bootstrap_option, run, security
 from .rebalance import rebalance
 
 MAX_LOCAL_NODES = 16
@@ -220,7 +220,10 @@ def status(bootstrap: str, as_json: bool) -> None:
     """
 
     async def main() -> MetadataResponse:
-        client = Client(bootstrap, client_id="mq-cluster-status")
+        from mq.client.security import SecurityOptions, security_from
+
+        options = cast(SecurityOptions, security())
+        client = Client(bootstrap, client_id="mq-cluster-status", security=security_from(options))
         try:
             await client.start()
             return await client.fetch_all_metadata()

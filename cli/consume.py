@@ -12,7 +12,7 @@ import click
 
 import mq
 
-from .common import bootstrap_option, run
+from .common import bootstrap_option, run, security
 
 POLL_MS = 500
 """Longest wait of one poll, so --timeout and Ctrl-C are noticed promptly."""
@@ -54,7 +54,7 @@ def consume(
         nonlocal count
         reset: Literal["earliest", "latest"] = "earliest" if from_beginning else "latest"
         async with mq.Consumer(
-            topic, bootstrap=bootstrap, group_id=group, auto_offset_reset=reset
+            topic, bootstrap=bootstrap, group_id=group, auto_offset_reset=reset, **security()
         ) as consumer:
             idle_since = time.monotonic()
             while max_messages is None or count < max_messages:

@@ -11,7 +11,7 @@ import mq
 if TYPE_CHECKING:
     from mq.client.admin import GroupDescription
 
-from .common import bootstrap_option, echo_table, run
+from .common import bootstrap_option, echo_table, run, security
 
 
 @click.group()
@@ -25,7 +25,7 @@ def list_(bootstrap: str) -> None:
     """Every group with members or committed offsets, and its state."""
 
     async def main() -> list[tuple[str, str]]:
-        async with mq.Admin(bootstrap=bootstrap) as admin:
+        async with mq.Admin(bootstrap=bootstrap, **security()) as admin:
             return await admin.list_groups()
 
     echo_table([list(g) for g in run(main)], ["GROUP", "STATE"])
@@ -38,7 +38,7 @@ def describe(group_id: str, bootstrap: str) -> None:
     """Members, what each owns, and per partition the committed offset and lag."""
 
     async def main() -> GroupDescription:
-        async with mq.Admin(bootstrap=bootstrap) as admin:
+        async with mq.Admin(bootstrap=bootstrap, **security()) as admin:
             return await admin.describe_group(group_id)
 
     described = run(main)
@@ -81,7 +81,7 @@ def reset_offsets(
     target: Literal["earliest", "latest"] | int = named if to_offset is None else to_offset
 
     async def main() -> dict[mq.TopicPartition, int]:
-        async with mq.Admin(bootstrap=bootstrap) as admin:
+        async with mq.Admin(bootstrap=bootstrap, **security()) as admin:
             return await admin.reset_offsets(group_id, topic, target)
 
     for tp, offset in sorted(run(main).items()):

@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("serve", "Run a broker (a single node with the embedded defaults unless..."),
     "storage": ("storage", "Inspect and check log files on disk (the broker need not run)."),
     "topic": ("topic", "Manage topics."),
+    "user": ("user", "Manage SASL/SCRAM users: online through a broker, or offline..."),
 }
 """Subcommand -> (the module of this package defining it, its short help for ``mq --help``).
 The short help is the command's own, as click would shorten it: a unit test holds them

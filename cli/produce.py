@@ -13,7 +13,7 @@ import click
 
 import mq
 
-from .common import bootstrap_option, parse_pairs, run
+from .common import bootstrap_option, parse_pairs, run, security
 
 
 @click.command()
@@ -55,7 +55,9 @@ def produce(
             else None
         )
         try:
-            async with mq.Producer(bootstrap=bootstrap, acks=ack_level, linger_ms=5) as producer:
+            async with mq.Producer(
+                bootstrap=bootstrap, acks=ack_level, linger_ms=5, **security()
+            ) as producer:
                 async for lines in _read_lines(fd, progress.update if progress else None):
                     for line in lines:
                         key, value = _split(line, separator)

@@ -22,7 +22,7 @@ import click
 
 import mq
 
-from .common import bootstrap_option, echo_table, parse_pairs, run
+from .common import bootstrap_option, echo_table, parse_pairs, run, security
 from .produce import _read_lines
 
 SECONDS = click.FloatRange(min=0)
@@ -97,7 +97,7 @@ def create(
     """
 
     async def main() -> bool:
-        async with mq.QueueClient(bootstrap=bootstrap) as client:
+        async with mq.QueueClient(bootstrap=bootstrap, **security()) as client:
             rf = replication_factor or -1
             return await client.create_queue(
                 name, partitions, replication_factor=rf, exist_ok=if_not_exists, **settings
@@ -117,7 +117,7 @@ def list_(bootstrap: str) -> None:
     """List queues."""
 
     async def main() -> list[str]:
-        async with mq.QueueClient(bootstrap=bootstrap) as client:
+        async with mq.QueueClient(bootstrap=bootstrap, **security()) as client:
             return await client.list_queues()
 
     for name in run(main):
@@ -133,7 +133,7 @@ def describe(name: str, group: str | None, fmt: str, bootstrap: str) -> None:
     """Message counts and settings of queue NAME."""
 
     async def main() -> mq.QueueAttributes:
-        async with mq.QueueClient(bootstrap=bootstrap) as client:
+        async with mq.QueueClient(bootstrap=bootstrap, **security()) as client:
             return await _require(client, name, group)
 
     attrs = dataclasses.asdict(run(main))
@@ -162,7 +162,7 @@ def purge(name: str, yes: bool, bootstrap: str) -> None:
         click.confirm(f"Delete every message of queue {name}?", abort=True)
 
     async def main() -> None:
-        async with mq.QueueClient(bootstrap=bootstrap) as client:
+        async with mq.QueueClient(bootstrap=bootstrap, **security()) as client:
             await _require(client, name)
             await client.purge_queue(name)
 
@@ -180,7 +180,7 @@ def delete(name: str, yes: bool, bootstrap: str) -> None:
         click.confirm(f"Delete queue {name} and all its messages?", abort=True)
 
     async def main() -> None:
-        async with mq.QueueClient(bootstrap=bootstrap) as client:
+        async with mq.QueueClient(bootstrap=bootstrap, **security()) as client:
             await client.delete_queue(name)
 
     run(main)
@@ -194,7 +194,7 @@ def redrive(dead_letter_queue: str, bootstrap: str) -> None:
     """Move the messages of DEAD_LETTER_QUEUE back to the queues they came from."""
 
     async def main() -> int:
-        async with mq.QueueClient(bootstrap=bootstrap) as client:
+        async with mq.QueueClient(bootstrap=bootstrap, **security()) as client:
             await _require(client, dead_letter_queue)
             return await client.redrive(dead_letter_queue)
 
@@ -224,7 +224,7 @@ def send(
     async def main() -> tuple[int, int, float]:
         started = time.monotonic()
         futures = []
-        async with mq.QueueClient(bootstrap=bootstrap) as client:
+        async with mq.QueueClient(bootstrap=bootstrap, **security()) as client:
             await _require(client, queue)
             async for lines in _read_lines(sys.stdin.fileno(), None):
                 for line in lines:
@@ -281,7 +281,7 @@ def receive(
     out = sys.stdout.buffer
 
     async def main() -> int | None:
-        async with mq.QueueClient(bootstrap=bootstrap) as client:
+        async with mq.QueueClient(bootstrap=bootstrap, **security()) as client:
             await _require(client, queue, group)
             messages = await client.receive(queue, wait=wait, filter=wanted, group=group, **options)
             try:
@@ -356,7 +356,7 @@ async def _settle(
     bootstrap: str, queue: str, receipts: list[mq.Receipt], group: str | None, delay: float | None
 ) -> None:
     """Ack (``delay`` None) or nack the receipts."""
-    async with mq.QueueClient(bootstrap=bootstrap) as client:
+    async with mq.QueueClient(bootstrap=bootstrap, **security()) as client:
         attrs = await _require(client, queue, group)
         for receipt in receipts:
             if receipt.partition >= attrs.partitions:

@@ -16,7 +16,7 @@ import click
 import mq
 from mq.replication.placement import PartitionState, TopicPartitionKey, rebalance_plan
 
-from .common import bootstrap_option, echo_table, run
+from .common import bootstrap_option, echo_table, run, security
 
 
 def _fmt(replicas: tuple[int, ...]) -> str:
@@ -30,7 +30,7 @@ def rebalance(dry_run: bool, bootstrap: str) -> None:
     """Spread replicas and preferred leaders evenly over the live brokers."""
 
     async def main() -> None:
-        async with mq.Admin(bootstrap=bootstrap) as admin:
+        async with mq.Admin(bootstrap=bootstrap, **security()) as admin:
             cluster = await admin.describe_cluster()
             moving = await admin.list_reassignments()
             states: dict[TopicPartitionKey, PartitionState] = {}

@@ -1,7 +1,9 @@
 """``mq serve``: run a broker in the foreground until SIGTERM or SIGINT.
 
 With no options it is the embedded default: one node, data in ``./mq-data``,
-listening on 127.0.0.1:9292, no etcd and no configuration file. With
+listening on 127.0.0.1:9292, no etcd and no configuration file. ``--listener``
+(repeatable) replaces that listener with secured ones (:mod:`mq.broker.listeners`);
+each is printed as ``mq listener NAME on HOST:PORT`` before the line below. With
 ``--metadata etcd://HOST:PORT --node-id N`` it joins a replicated cluster. On a signal it
 stops accepting, finishes in-flight appends, syncs and closes every segment.
 Once listening it prints ``mq listening on HOST:PORT`` (with the real port
@@ -59,6 +61,27 @@ from mq.logs import use_json_logs
     type=click.Choice(["text", "json"]),
     help="Log lines as text or as JSON objects with stable fields [text].",
 )
+@click.option(
+    "--listener",
+    "listeners",
+    multiple=True,
+    metavar="SCHEME://HOST:PORT",
+    help="A listener (repeatable): plaintext, ssl, sasl_plaintext or sasl_ssl; given, "
+    "--host and --port are not used [plaintext on --host/--port].",
+)
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM chain.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM key.")
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Require client certificates from this CA (mutual TLS).",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    default=None,
+    help="Allow a non-loopback listener without TLS and authentication.",
+)
 def serve(
     data_dir: Path | None,
     host: str | None,
@@ -69,6 +92,11 @@ def serve(
     encryption_key_file: Path | None,
     http_port: int | None,
     log_format: str | None,
+    listeners: tuple[str, ...],
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_client_ca: str | None,
+    insecure: bool | None,
 ) -> None:
     """Run a broker (a single node with the embedded defaults unless told otherwise)."""
     flags = {
@@ -80,6 +108,11 @@ def serve(
         "encryption_key_file": encryption_key_file,
         "http_port": http_port,
         "log_format": log_format,
+        "listeners": listeners or None,
+        "tls_cert": tls_cert,
+        "tls_key": tls_key,
+        "tls_client_ca": tls_client_ca,
+        "insecure": True if insecure else None,
     }
     try:
         if config_file is not None:
@@ -112,6 +145,9 @@ async def _run(config: BrokerConfig) -> None:
         raise
     if server.http is not None:  # before the line below, which scripts wait for
         click.echo(f"mq HTTP listening on {server.http.host}:{server.http.port}", err=True)
+    if config.listeners:  # before the "listening" line scripts wait for
+        for name, (lhost, lport) in server.bound.items():
+            click.echo(f"mq listener {name} on {lhost}:{lport}", err=True)
     click.echo(f"mq listening on {host}:{port} (data in {config.data_dir})", err=True)
     try:
         await stop.wait()

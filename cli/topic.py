@@ -6,7 +6,7 @@ import click
 
 import mq
 
-from .common import bootstrap_option, echo_table, parse_pairs, run
+from .common import bootstrap_option, echo_table, parse_pairs, run, security
 
 
 @click.group()
@@ -41,7 +41,7 @@ def create(
     settings = parse_pairs(configs, "--config")
 
     async def main() -> bool:
-        async with mq.Admin(bootstrap=bootstrap) as admin:
+        async with mq.Admin(bootstrap=bootstrap, **security()) as admin:
             return await admin.create_topic(
                 name, partitions or -1, replication_factor or -1, settings, exist_ok=if_not_exists
             )
@@ -59,7 +59,7 @@ def list_(internal: bool, bootstrap: str) -> None:
     """List topics."""
 
     async def main() -> list[str]:
-        async with mq.Admin(bootstrap=bootstrap) as admin:
+        async with mq.Admin(bootstrap=bootstrap, **security()) as admin:
             return await admin.list_topics(include_internal=internal)
 
     for name in sorted(run(main)):
@@ -73,7 +73,7 @@ def describe(name: str, bootstrap: str) -> None:
     """Partitions, leaders, replicas and settings of topic NAME."""
 
     async def main() -> mq.client.admin.TopicDescription:
-        async with mq.Admin(bootstrap=bootstrap) as admin:
+        async with mq.Admin(bootstrap=bootstrap, **security()) as admin:
             return await admin.describe_topic(name)
 
     described = run(main)
@@ -108,7 +108,7 @@ def alter(name: str, configs: tuple[str, ...], resets: tuple[str, ...], bootstra
         raise click.UsageError("nothing to change: give --config KEY=VALUE or --reset KEY")
 
     async def main() -> None:
-        async with mq.Admin(bootstrap=bootstrap) as admin:
+        async with mq.Admin(bootstrap=bootstrap, **security()) as admin:
             await admin.alter_configs(name, changes)
 
     run(main)
@@ -153,7 +153,7 @@ def reassign(
     tp = mq.TopicPartition(name, partition)
 
     async def main() -> None:
-        async with mq.Admin(bootstrap=bootstrap) as admin:
+        async with mq.Admin(bootstrap=bootstrap, **security()) as admin:
             await admin.reassign_partitions({tp: replicas})
 
     run(main)
@@ -170,7 +170,7 @@ def delete(name: str, bootstrap: str) -> None:
     """Delete topic NAME and all its data."""
 
     async def main() -> None:
-        async with mq.Admin(bootstrap=bootstrap) as admin:
+        async with mq.Admin(bootstrap=bootstrap, **security()) as admin:
             await admin.delete_topic(name)
 
     run(main)

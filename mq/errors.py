@@ -530,3 +530,19 @@ class DecryptionFailedError(MQError):
     code = 161
     name = "DECRYPTION_FAILED"
     default_message = "an encrypted batch failed authentication"
+
+
+# -- identity (issue 19) -------------------------------------------------------------
+
+
+class ResourceNotFoundError(MQError):
+    code = 91
+    name = "RESOURCE_NOT_FOUND"
+    default_message = "the resource does not exist"
+
+
+class TlsMismatchError(NetworkError):
+    """A TLS client met a plaintext listener, a plaintext client a TLS one, or the TLS
+    handshake failed (a refused certificate): retrying will not help (local)."""
+
+    retriable = False

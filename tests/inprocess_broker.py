@@ -31,6 +31,11 @@ class Running:
     def broker(self) -> Broker:
         return self.server.broker
 
+    def server_address(self, listener: str) -> str:
+        """``HOST:PORT`` of one of the broker's listeners (by name: ``SASL_SSL``...)."""
+        host, port = self.server.bound[listener]
+        return f"{host}:{port}"
+
 
 @asynccontextmanager
 async def running_broker(data_dir: Path, **settings: Any) -> AsyncIterator[Running]:

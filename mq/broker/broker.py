@@ -30,6 +30,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from mq.broker import limits, maintenance, producer_ids
+from mq.broker import listeners as listener_specs
 from mq.broker.audit import AuditLog
 from mq.broker.catalog import (
     INTERNAL_TOPICS,
@@ -68,6 +69,7 @@ from mq.replication.etcd_store import EtcdStore
 from mq.replication.hello import BrokerCredentials, cluster_secret
 from mq.replication.local_store import LocalStore
 from mq.replication.membership import BrokerInfo, NodeIdInUseError
+from mq.replication.scram_store import CredentialCache
 from mq.replication.store import CompactedError, Lease, MetadataStore
 from mq.replication.throttle import TokenBucket
 from mq.storage.keyfile import load_keyring, read_keys
@@ -121,6 +123,10 @@ class Broker:
         self.catchup_bucket = TokenBucket(config.replication_catchup_bytes_per_s, time.monotonic())
         self.cleaner = LogCleaner(self.partitions, config.cleaner_backoff_ms)
         self.advertised: tuple[str, int] = (config.host, config.port)
+        self.endpoints: list[tuple[str, str, int]] = []
+        """Every listener as (name, host, port), registered with the broker (issue 19)."""
+        self.scram_credentials = CredentialCache(self.store)
+        """The users' SCRAM credentials, kept up to date from the store (issue 19)."""
         self.producer_ids = ProducerIdAllocator(self.store, config.data_dir)
         self.coordinator: GroupCoordinator | None = None
         self.queues: ShareManager | None = None
@@ -176,7 +182,9 @@ class Broker:
             await self.store.get_or_create(CLUSTER_ID_KEY, lambda: uuid.uuid4().hex.encode())
         ).decode()
         secret = await cluster_secret(self.store, self.config.inter_broker_secret)
-        self.credentials = BrokerCredentials(self.node_id, secret)
+        self.credentials = BrokerCredentials(
+            self.node_id, secret, listener_specs.broker_security(self.config)
+        )
         self.view = await ClusterView.load(self.store)
         self.replicas.reconcile_all()
         self.replicas.remove_strays()
@@ -218,7 +226,7 @@ class Broker:
         while True:
             self.seat = ControllerSeat(
                 self.store,
-                BrokerInfo(self.node_id, host, port, self.limits.max_partitions),
+                BrokerInfo(self.node_id, host, port, self.limits.max_partitions, self.endpoints),
                 self._lease,
             )
             try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from mq.broker import listeners as listener_specs
 from mq.config_values import parse_int
 from mq.errors import InvalidConfigError
 from mq.storage.config import MAX_DURATION_MS, MAX_LOG_BYTES, LogConfig
@@ -251,6 +252,40 @@ class BrokerConfig:
     scrape-time gauge leaves them out, both counted (``mq_metrics_label_overflow_total``,
     ``mq_metrics_series_dropped``). 1,000 partitions x ~10 families is ~10,000 series, a
     scrape of ~1 MB: what one Prometheus target should stay under."""
+    # -- identity (issue 19): listeners, TLS, SASL, inter-broker authentication ----------
+    listeners: tuple[str, ...] = ()
+    """``SCHEME://HOST:PORT`` each (:mod:`mq.broker.listeners`); empty: the embedded
+    default, one plaintext listener on ``host``:``port`` with no authentication."""
+    insecure: bool = False
+    """Listen on a non-loopback address without TLS and authentication anyway."""
+    tls_cert: str | None = None
+    """The broker's certificate chain (PEM), for its ``ssl`` and ``sasl_ssl`` listeners."""
+    tls_key: str | None = field(default=None, repr=False)
+    """The private key of :attr:`tls_cert` (PEM)."""
+    tls_client_ca: str | None = None
+    """CA certificates (PEM) that client certificates must chain to: set, the TLS
+    listeners require a client certificate (mutual TLS) and an ``ssl`` listener's
+    principal is mapped from its subject (:attr:`ssl_principal_mapping_rules`)."""
+    tls_trust_ca: str | None = None
+    """CA certificates (PEM) a broker trusts when it connects to another over TLS
+    (default: :attr:`tls_client_ca`)."""
+    ssl_principal_mapping_rules: tuple[str, ...] = ("DEFAULT",)
+    """Kafka's ``ssl.principal.mapping.rules`` (:mod:`mq.broker.principals`): the first
+    ``RULE:pattern/replacement/[L|U]`` whose pattern matches the whole subject
+    (RFC 2253, ``CN=alice,O=Acme``) names the user; ``DEFAULT``: the subject's CN."""
+    sasl_failed_authentication_delay_ms: int = 500
+    """A failed SASL login is answered after this delay (Kafka's
+    ``connection.failed.authentication.delay.ms``): guessing passwords gets slow."""
+    sasl_authenticate_timeout_ms: int = 10_000
+    """A connection to a SASL listener that has not authenticated within this long
+    is closed (a handshake never finished holds nothing for longer)."""
+    inter_broker_listener: str | None = None
+    """The name of the listener (``SASL_SSL``...) brokers connect to each other
+    through; None: the first listener."""
+    inter_broker_sasl_mechanism: str = "SCRAM-SHA-512"
+    inter_broker_sasl_username: str | None = None
+    inter_broker_sasl_password: str | None = field(default=None, repr=False)
+    """The broker's own SASL credentials on a SASL inter-broker listener. Never logged."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -327,6 +362,12 @@ class BrokerConfig:
             raise InvalidConfigError(f"http_port must be 0..65535, got {self.http_port!r}")
         if self.log_format not in ("text", "json"):
             raise InvalidConfigError(f"log_format must be text or json, got {self.log_format!r}")
+        for name in ("listeners", "ssl_principal_mapping_rules"):  # TOML gives lists
+            values = getattr(self, name)
+            if isinstance(values, str) or not all(isinstance(v, str) for v in values):
+                raise InvalidConfigError(f"{name} must be a list of strings, got {values!r}")
+            object.__setattr__(self, name, tuple(values))
+        listener_specs.check(self)
         if self.metadata is not None and not self.metadata.startswith("etcd://"):
             raise InvalidConfigError(f"metadata must be etcd://HOST:PORT, got {self.metadata!r}")
 
@@ -392,6 +433,9 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "max_connection_creation_rate": (0, 1 << 24),
     "fair_quantum_bytes": (1, I32_MAX),
     "max_inflight_per_principal": (1, 1 << 24),
+    # identity (issue 19)
+    "sasl_failed_authentication_delay_ms": (0, 10_000),
+    "sasl_authenticate_timeout_ms": (100, 600_000),
     # files
     "max_open_files": (1, 1 << 24),
     "fd_reserve": (0, 1 << 24),

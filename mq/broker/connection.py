@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING, Any, cast
 from mq.broker.audit import AUDITED_APIS
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext
+from mq.broker.listeners import Listener, plaintext_check, tls_identity
 from mq.broker.throttling import Timed, charge, needs_time
 from mq.errors import MQError, ProtocolError
 from mq.wire import apis_data
@@ -113,7 +114,7 @@ def peer_closed(transport: asyncio.BaseTransport) -> bool:
 class Connection(asyncio.Protocol):
     """One client connection (see the module's docstring)."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, listener: Listener | None = None) -> None:
         config = server.broker.config
         self._server = server
         self._broker = server.broker
@@ -151,6 +152,13 @@ class Connection(asyncio.Protocol):
         self._brake_until = 0.0
         """Until when the throttle brake holds this connection (quotas, issue 20)."""
         self.ctx = RequestContext(next(_connection_ids), "?")
+        self._listener = listener
+        self._opened = self._loop.time()
+        if listener is not None:
+            self.ctx.listener = listener.name
+            self.ctx.authenticates = listener.sasl or (
+                listener.tls and config.tls_client_ca is not None
+            )
 
     # -- asyncio.Protocol -----------------------------------------------------------
 
@@ -178,6 +186,12 @@ class Connection(asyncio.Protocol):
             return
         if delay:
             self._hold_back(delay)
+        if self._listener is not None and self._listener.tls:
+            refusal = tls_identity(self.ctx, transport, self._server.principal_rules)
+            if refusal is not None:
+                self._server.log_refused("refused %s: %s", self.ctx.peer, refusal)
+                self._transport.abort()
+                return
         high = self._broker.config.max_queued_response_bytes
         self._transport.set_write_buffer_limits(high, high // RESUME_WRITING_FRACTION)
         self._server.connections.add(self)
@@ -208,6 +222,8 @@ class Connection(asyncio.Protocol):
         if self._closing:
             return  # after a malformed frame nothing more is read
         try:
+            if self._decoder.frames_completed == 0 and not self._decoder.buffered_bytes:
+                plaintext_check(self._listener, data)
             self._decoder.feed(data)
         except ProtocolError as exc:
             self._fail(exc)
@@ -275,6 +291,8 @@ class Connection(asyncio.Protocol):
                 name = api.name if api is not None else "unknown"
                 principal, client_id = self.ctx.principal, envelope.client_id
                 self._broker.metrics.request(name, exc.name, 0.0, principal, client_id)
+            if self.ctx.disconnect is not None:
+                self._close(self.ctx.disconnect)
             return
         self.ctx.client_id = request.client_id
         task = self._loop.create_task(self._serve(handler, request, len(payload)))
@@ -342,6 +360,8 @@ class Connection(asyncio.Protocol):
             self._loop.call_soon(self._write, frame)
             return
         self._write(frame)
+        if self.ctx.disconnect is not None and not self._closing:
+            self._close(self.ctx.disconnect)
 
     def _request_done(self, task: asyncio.Task[None]) -> None:
         flow = self._tasks.pop(task, None)
@@ -457,7 +477,17 @@ class Connection(asyncio.Protocol):
             # its parked requests are cancelled at once (connection_lost)
             self._close("its client closed the connection while it was not read")
             return
-        if stalled is not None and now - stalled > config.response_stall_timeout_ms / 1000:
+        if (
+            self.ctx.authenticates
+            and not self.ctx.authenticated
+            and now - self._opened > config.sasl_authenticate_timeout_ms / 1000
+        ):
+            self._close(
+                f"not authenticated within {config.sasl_authenticate_timeout_ms} ms "
+                "(sasl_authenticate_timeout_ms)",
+                evicted=True,
+            )
+        elif stalled is not None and now - stalled > config.response_stall_timeout_ms / 1000:
             self._close(
                 f"its client has not read its responses for "
                 f"{config.response_stall_timeout_ms} ms (response_stall_timeout_ms): "

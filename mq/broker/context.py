@@ -31,6 +31,22 @@ class RequestContext:
     broker_id: int | None = None
     """Set when the connection proved it is a broker of this cluster
     (``broker_hello``, :mod:`mq.broker.gate`): the broker-only APIs are served to it."""
+    # -- identity (issue 19, mq.broker.listeners / mq.broker.sasl) --------------------
+    listener: str = "PLAINTEXT"
+    """The name of the listener the connection came in through: ``PLAINTEXT``, ``SSL``,
+    ``SASL_PLAINTEXT`` or ``SASL_SSL`` (its security protocol, Kafka's names)."""
+    authenticates: bool = False
+    """Whether that listener authenticates its clients (SASL, or TLS with required
+    client certificates): then ``principal`` is a proven identity once
+    ``authenticated``, and a SASL connection reaches the gate's authorization only
+    after it authenticated (:func:`mq.broker.sasl.admit`)."""
+    authenticated: bool = False
+    """The connection proved who it is (SASL completed, or a verified client
+    certificate mapped to ``principal``)."""
+    sasl: Any = None
+    """The SASL exchange in progress (:class:`mq.broker.sasl.SaslSession`)."""
+    disconnect: str | None = None
+    """Set by the gate or a handler: close the connection after this response (why)."""
     closing: bool = field(default=False)
     """Set when the connection closes: long polls stop waiting."""
 

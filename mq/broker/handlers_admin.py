@@ -17,6 +17,7 @@ from mq.broker.catalog import (
     topic_log_config,
 )
 from mq.broker.context import RequestContext, duplicate_names, duplicate_partitions, set_error
+from mq.broker.listeners import address_on
 from mq.errors import (
     InvalidRequestError,
     InvalidTopicError,
@@ -107,13 +108,16 @@ async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -
         )
     brokers = dict(view.brokers)
     host, port = broker.advertised
-    brokers.setdefault(broker.node_id, BrokerInfo(broker.node_id, host, port))
+    brokers.setdefault(broker.node_id, BrokerInfo(broker.node_id, host, port, 0, broker.endpoints))
     return {
         "cluster_id": broker.cluster_id,
         "controller_id": view.controller.node_id if view.controller else -1,
         "brokers": [
-            {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": None}
-            for b in sorted(brokers.values())
+            {"node_id": b.node_id, "host": host, "port": port, "rack": None}
+            for b in sorted(brokers.values(), key=lambda b: b.node_id)
+            for address in [address_on(b.endpoints, ctx.listener, (b.host, b.port))]
+            if address is not None
+            for host, port in [address]
         ],
         "topics": topics,
     }

@@ -25,7 +25,10 @@ from mq.broker import (
     handlers_queues,
     handlers_quotas,
     handlers_replication,
+    handlers_users,
+    sasl,
 )
+from mq.broker import listeners as listener_specs
 from mq.broker.admission import ConnectionCounts, MemoryBudget, RateLimitedLog
 from mq.broker.broker import Broker
 from mq.broker.config import BrokerConfig
@@ -34,6 +37,7 @@ from mq.broker.context import RequestContext
 from mq.broker.coordinator import GroupCoordinator
 from mq.broker.dispatch import Dispatcher
 from mq.broker.offsets import OffsetStore
+from mq.broker.principals import parse_rules
 from mq.broker.queues import ShareManager
 from mq.broker.throttling import ConnectionRate
 from mq.errors import UnsupportedVersionError
@@ -45,6 +49,7 @@ from mq.wire import (
     apis_queues,
     apis_quotas,
     apis_replication,
+    apis_security,
 )
 from mq.wire.messages import Request
 from mq.wire.registry import Api
@@ -116,6 +121,9 @@ HANDLERS: dict[int, Handler] = {
     apis_queues.DESCRIBE_QUEUE.key: handlers_queues.describe_queue,
     apis_quotas.DESCRIBE_CLIENT_QUOTAS.key: handlers_quotas.describe_client_quotas,
     apis_quotas.ALTER_CLIENT_QUOTAS.key: handlers_quotas.alter_client_quotas,
+    apis_core.AUTHENTICATE.key: sasl.authenticate,
+    apis_security.DESCRIBE_USER_SCRAM_CREDENTIALS.key: handlers_users.describe,
+    apis_security.ALTER_USER_SCRAM_CREDENTIALS.key: handlers_users.alter,
 }
 
 
@@ -151,11 +159,14 @@ class Server:
         self.log_close = RateLimitedLog(log, logging.INFO, LOG_INTERVAL_S)
         self.log_evicted = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
         self.log_budget = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
-        self._server: asyncio.Server | None = None
         self.http: HttpListener | None = None
         """The HTTP listener (metrics, health, console) when ``http_port`` is set."""
         if broker.metrics is not None:
             broker.metrics.connections = self._open_connections
+        self._servers: list[asyncio.Server] = []
+        self.principal_rules = parse_rules(config.ssl_principal_mapping_rules)
+        self.bound: dict[str, tuple[str, int]] = {}
+        """Each listener's name → the address it is bound to (port 0 → the real port)."""
         self._sweeper: asyncio.Task[None] | None = None
 
     def admit(self, request: Request[Any], ctx: RequestContext) -> Handler:
@@ -164,6 +175,8 @@ class Server:
         handler = self.handlers.get(request.api.key)
         if handler is None:
             raise UnsupportedVersionError(f"{request.api.name} is not served by this broker yet")
+        if ctx.listener.startswith("SASL_"):
+            sasl.admit(ctx, request)  # identity: only api_versions and authenticate before
         gate.admit(ctx, request)  # authorization: before any handler runs
         return handler
 
@@ -182,37 +195,53 @@ class Server:
         self.broker.queues = queues
         await self.broker.start()
         await self.broker.client_quotas.start()
+        await self.broker.scram_credentials.start()
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: Connection(self), config.host, config.port, reuse_address=True, backlog=1024
-        )
+        specs = listener_specs.listeners_of(config)
+        tls = listener_specs.server_context(config) if any(s.tls for s in specs) else None
+        for spec in specs:
+            server = await loop.create_server(
+                lambda spec=spec: Connection(self, spec),
+                spec.host,
+                spec.port,
+                reuse_address=True,
+                backlog=1024,
+                ssl=tls if spec.tls else None,
+                ssl_handshake_timeout=listener_specs.TLS_HANDSHAKE_TIMEOUT_S if spec.tls else None,
+            )
+            self._servers.append(server)
+            self.bound[spec.name] = (spec.host, server.sockets[0].getsockname()[1])
+            log.info("listener %s on %s:%d", spec.name, *self.bound[spec.name])
         self._sweeper = loop.create_task(self._sweep(sweep_interval_s(config)))
-        host, port = self._server.sockets[0].getsockname()[:2]
-        await self.broker.join((config.host, port))
+        primary = listener_specs.inter_broker(config, specs)
+        host, port = self.bound[primary.name]
+        self.broker.endpoints = [(name, h, p) for name, (h, p) in self.bound.items()]
+        await self.broker.join((host, port))
         await coordinator.start()
         await queues.start()
         if config.http_port is not None:
             from mq.http.listener import HttpListener  # aiohttp, prometheus: only if asked
 
-            self.http = HttpListener(self.broker, config.host, config.http_port)
+            self.http = HttpListener(self.broker, host, config.http_port)
             await self.http.start()
         log.info("mq broker %d listening on %s:%d", config.node_id, host, port)
-        return config.host, port
+        return host, port
 
     async def stop(self) -> None:
         """Stop accepting, close connections, then close every partition cleanly."""
         if self.http is not None:
             await self.http.stop()
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
         for connection in list(self.connections):
             connection.close()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
+        await self.broker.scram_credentials.stop()
         if self.broker.queues is not None:
             await self.broker.queues.stop()
         if self.broker.coordinator is not None:
@@ -222,7 +251,10 @@ class Server:
 
     def _open_connections(self) -> dict[str, int]:
         """Open connections per listener (``mq_connections``)."""
-        counts = {"mq": len(self.connections)}
+        counts: dict[str, int] = {}
+        for connection in self.connections:
+            name = connection.ctx.listener
+            counts[name] = counts.get(name, 0) + 1
         if self.http is not None:
             counts["http"] = self.http.open_connections()
         return counts

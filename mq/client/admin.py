@@ -20,11 +20,13 @@ import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
+from mq.client import users
 from mq.client.admin_quotas import QuotaAdmin
 from mq.client.client import Client
 from mq.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, by_topic, list_offsets
+from mq.client.security import SecurityOptions, security_from
 from mq.client.types import TopicPartition
 from mq.errors import (
     ElectionNotNeededError,
@@ -174,6 +176,7 @@ class Admin(QuotaAdmin):
         client_id: str = "mq-admin",
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
+        **security: Unpack[SecurityOptions],
     ) -> None:
         self._timeout_ms = request_timeout_ms
         self._client = Client(
@@ -181,6 +184,7 @@ class Admin(QuotaAdmin):
             client_id=client_id,
             request_timeout_s=request_timeout_ms / 1000,
             retry_backoff_s=retry_backoff_ms / 1000,
+            security=security_from(security),
         )
 
     async def start(self) -> None:
@@ -307,6 +311,29 @@ class Admin(QuotaAdmin):
         response = await self._client.call_any(ALTER_CONFIGS, body)
         for result in response["topics"]:
             _raise_for(result["error"], result["message"])
+
+    # -- SCRAM users (issue 19; mq.client.users) ---------------------------------------
+
+    async def add_user(
+        self,
+        name: str,
+        password: str,
+        *,
+        mechanism: str = "SCRAM-SHA-256",
+        iterations: int = users.DEFAULT_ITERATIONS,
+    ) -> None:
+        """Add a SCRAM user, or set a new password (the password never leaves the client)."""
+        await users.alter(
+            self._client, [users.scram_upsertion(name, password, mechanism, iterations)], []
+        )
+
+    async def delete_user(self, name: str, *, mechanism: str | None = None) -> None:
+        """Delete a user's credential for ``mechanism`` (None: all of them)."""
+        await users.alter(self._client, [], [{"user": name, "mechanism": mechanism}])
+
+    async def list_users(self) -> dict[str, dict[str, int]]:
+        """Every SCRAM user: mechanism → iterations."""
+        return await users.describe(self._client)
 
     async def describe_cluster(self) -> ClusterDescription:
         """The live brokers, the controller, and the partitions of every topic."""

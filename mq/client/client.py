@@ -35,6 +35,7 @@ from mq.client.breaker import (
 )
 from mq.client.connection import DEFAULT_MAX_IN_FLIGHT, Connection
 from mq.client.metadata import ClusterMetadata, needs_metadata_refresh
+from mq.client.security import Security
 from mq.errors import (
     BrokerUnavailableError,
     ClientStateError,
@@ -69,8 +70,11 @@ class Client:
         allow_auto_topic_creation: bool = False,
         breaker_threshold: int = DEFAULT_BREAKER_THRESHOLD,
         breaker_cooldown_s: float = DEFAULT_BREAKER_COOLDOWN_S,
+        security: Security | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
+        self.security = security
+        """TLS and SASL for every connection (:mod:`mq.client.security`); None: plaintext."""
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self.connect_timeout_s = connect_timeout_s
@@ -169,6 +173,7 @@ class Client:
                 client_id=self.client_id,
                 request_timeout_s=self.request_timeout_s,
                 max_in_flight=self.max_in_flight,
+                security=self.security,
             )
         except MQError:
             self.breaker(address).record_failure(time.monotonic())

@@ -38,13 +38,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 from typing import Any, Final, NamedTuple, TypeVar, cast
 
+from mq.client.security import Security, authenticate
 from mq.errors import (
     MQError,
     NetworkError,
     ProtocolError,
     RequestTimedOutError,
+    TlsMismatchError,
     UnsupportedVersionError,
 )
 from mq.wire.apis_core import API_VERSIONS
@@ -118,6 +121,9 @@ class Connection(asyncio.Protocol):
         self._throttled_until = 0.0
         self.throttled_ms = 0
         """Total throttle time the broker asked of this connection (milliseconds)."""
+        self._tls = False
+        self._heard = False
+        """Whether any byte came from the broker (a close before: maybe a TLS listener)."""
         self.api_versions: dict[int, tuple[int, int]] = {}
         """API key → (min, max) version the broker supports, from api_versions."""
 
@@ -134,28 +140,42 @@ class Connection(asyncio.Protocol):
         port: int,
         *,
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        security: Security | None = None,
         **kwargs: Any,
     ) -> Connection:
-        """Connect, exchange api_versions, and return the ready connection.
+        """Connect (TLS if ``security`` says so), exchange api_versions, authenticate
+        (SASL if ``security`` says so), and return the ready connection.
 
         Raises NetworkError if the broker cannot be reached or does not answer
-        in ``connect_timeout_s``.
+        in ``connect_timeout_s``, TlsMismatchError if one side speaks TLS and the
+        other not, SaslAuthenticationFailedError if the login is refused.
         """
         loop = asyncio.get_running_loop()
         conn = cls(host, port, **kwargs)
+        tls = security.ssl_context if security is not None and security.tls else None
+        conn._tls = tls is not None
         try:
             async with asyncio.timeout(connect_timeout_s):
-                await loop.create_connection(lambda: conn, host, port)
+                try:
+                    await loop.create_connection(
+                        lambda: conn, host, port, ssl=tls, server_hostname=host if tls else None
+                    )
+                except (ssl.SSLError, ConnectionResetError, ConnectionAbortedError) as exc:
+                    if tls is None:  # a refused connect is not a TLS matter: retriable
+                        raise
+                    raise tls_failure(host, port, exc) from exc
                 response = await conn.call(API_VERSIONS, conn._api_versions_body(), version=0)
+                conn.api_versions = {
+                    a["key"]: (a["min_version"], a["max_version"]) for a in response["apis"]
+                }
+                if security is not None and security.sasl:
+                    await authenticate(conn, security)
         except (OSError, TimeoutError) as exc:
             conn.close(exc)
             raise NetworkError(f"cannot connect to {host}:{port}: {exc}") from exc
         except BaseException:
             conn.close()
             raise
-        conn.api_versions = {
-            a["key"]: (a["min_version"], a["max_version"]) for a in response["apis"]
-        }
         return conn
 
     @staticmethod
@@ -290,6 +310,11 @@ class Connection(asyncio.Protocol):
         self._shut_down()
 
     def data_received(self, data: bytes) -> None:
+        if not self._heard:
+            self._heard = True
+            if not self._tls and data.startswith(TLS_RECORDS):
+                self.close(tls_answer(self.host, self.port))
+                return
         try:
             self._decoder.feed(data)
             for envelope in self._decoder.frames():
@@ -299,6 +324,14 @@ class Connection(asyncio.Protocol):
             self.close(exc)
 
     def eof_received(self) -> bool | None:
+        if not self._heard and not self._tls:
+            self.close(
+                NetworkError(
+                    "the broker closed the connection before answering anything (if its "
+                    "listener uses TLS, set security_protocol='SSL' or 'SASL_SSL')"
+                )
+            )
+            return None
         self.close(NetworkError("the broker closed the connection"))
         return None
 
@@ -390,6 +423,34 @@ class Connection(asyncio.Protocol):
         room = self._room
         if room is not None and not room.done() and (self.ready or self.closed):
             room.set_result(None)
+
+
+TLS_RECORDS = (b"\x15\x03", b"\x16\x03")
+"""The start of a TLS alert or handshake record: what a TLS listener sends a client that
+does not speak TLS (as an mq frame's length prefix it would be ~350 MB)."""
+
+
+def tls_answer(host: str, port: int) -> TlsMismatchError:
+    return TlsMismatchError(
+        f"{host}:{port} answered with TLS: its listener is ssl or sasl_ssl; set "
+        "security_protocol='SSL' or 'SASL_SSL' (and ssl_cafile or ssl_context)"
+    )
+
+
+def tls_failure(host: str, port: int, exc: BaseException) -> MQError:
+    """A failed TLS handshake as an MQError that says what probably happened."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return TlsMismatchError(
+            f"{host}:{port}: the broker's certificate is refused: {exc.verify_message} "
+            "(check ssl_cafile, the certificate's host names and dates)"
+        )
+    if isinstance(exc, ssl.SSLError) and "WRONG_VERSION_NUMBER" not in str(exc):
+        return TlsMismatchError(f"{host}:{port}: the TLS handshake failed: {exc}")
+    return TlsMismatchError(
+        f"{host}:{port}: the TLS handshake failed ({exc}): the broker's listener there is "
+        "probably plaintext (or sasl_plaintext); set security_protocol to 'PLAINTEXT' or "
+        "'SASL_PLAINTEXT', or connect to its TLS listener"
+    )
 
 
 def error_from(exc: BaseException) -> MQError:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import Literal
+from typing import Literal, Unpack
 
 from mq.client.client import Client
 from mq.client.fetch_buffer import PartitionState, RawRecords
@@ -38,6 +38,7 @@ from mq.client.fetcher import CORRUPT_RETRY_S, Fetcher
 from mq.client.group import GroupMember, require_group
 from mq.client.listener import ConsumerRebalanceListener
 from mq.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, list_offsets
+from mq.client.security import SecurityOptions, security_from
 from mq.client.types import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from mq.errors import ClientStateError, MQError, UnknownTopicOrPartitionError
 from mq.wire.limits import validate_topic_name
@@ -79,6 +80,7 @@ class Consumer:
         metadata_max_age_ms: int = 300_000,
         allow_auto_topic_creation: bool = False,
         corrupt_retry_timeout_ms: int = int(CORRUPT_RETRY_S * 1000),
+        **security: Unpack[SecurityOptions],
     ) -> None:
         if isolation_level not in ("read_uncommitted", "read_committed"):
             raise ValueError("isolation_level is 'read_uncommitted' or 'read_committed'")
@@ -92,6 +94,7 @@ class Consumer:
             metadata_max_age_s=metadata_max_age_ms / 1000,
             retry_backoff_s=retry_backoff_ms / 1000,
             allow_auto_topic_creation=allow_auto_topic_creation,
+            security=security_from(security),
         )
         self._unknown_topic: UnknownTopicOrPartitionError | None = None
         """Set when refreshes report a subscribed topic missing; cleared when it exists."""

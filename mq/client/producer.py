@@ -23,13 +23,14 @@ import asyncio
 from collections.abc import Sequence
 from time import monotonic, time_ns
 from types import TracebackType
-from typing import Final, Literal
+from typing import Final, Literal, Unpack
 
 from mq.client.accumulator import DEFAULT_BUFFER_BYTES, RecordAccumulator
 from mq.client.client import Client
 from mq.client.futures import RecordFuture, SentRecords
 from mq.client.partitioner import DefaultPartitioner, Partitioner, StickyPartitions
 from mq.client.producer_batch import ProducerBatch
+from mq.client.security import SecurityOptions, security_from
 from mq.client.sender import Sender
 from mq.client.types import RecordMetadata
 from mq.errors import (
@@ -70,6 +71,7 @@ class Producer:
         max_block_ms: int = 60_000,
         metadata_max_age_ms: int = 300_000,
         partitioner: Partitioner | None = None,
+        **security: Unpack[SecurityOptions],
     ) -> None:
         ack_level = -1 if acks == "all" else acks
         if ack_level not in (-1, 0, 1):
@@ -90,6 +92,7 @@ class Producer:
             retry_backoff_s=retry_backoff_ms / 1000,
             retry_backoff_max_s=retry_backoff_max_ms / 1000,
             allow_auto_topic_creation=True,
+            security=security_from(security),
         )
         codec = CODEC_NONE if compression_type is None else codec_by_name(compression_type)
         self._acc = RecordAccumulator(

@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 from mq.client.admin import Admin
 from mq.client.client import Client
@@ -47,6 +47,7 @@ from mq.client.queue_messages import (
     ms_of,
 )
 from mq.client.queue_poll import Poll, take
+from mq.client.security import SecurityOptions, security_from
 from mq.client.types import RecordMetadata, TopicPartition
 from mq.errors import (
     InvalidConfigError,
@@ -87,12 +88,18 @@ class QueueClient:
         *,
         client_id: str = "mq-queue",
         request_timeout_ms: int = 30_000,
+        **security: Unpack[SecurityOptions],
     ) -> None:
         self._bootstrap = bootstrap
+        self._security = security
+        """The security keywords, for the admin client and producer made on demand."""
         self._client_id = client_id
         self._consumer_id = f"{client_id}-{uuid.uuid4().hex[:12]}"
         self._client = Client(
-            bootstrap, client_id=client_id, request_timeout_s=request_timeout_ms / 1000
+            bootstrap,
+            client_id=client_id,
+            request_timeout_s=request_timeout_ms / 1000,
+            security=security_from(security),
         )
         self._admin: Admin | None = None
         self._producer: Producer | None = None
@@ -131,7 +138,7 @@ class QueueClient:
 
     async def _admin_client(self) -> Admin:
         if self._admin is None:
-            admin = Admin(self._bootstrap, client_id=self._client_id)
+            admin = Admin(self._bootstrap, client_id=self._client_id, **self._security)
             await admin.start()
             self._admin = admin
         return self._admin
@@ -147,6 +154,7 @@ class QueueClient:
                         acks="all",
                         enable_idempotence=True,
                         linger_ms=1,
+                        **self._security,
                     )
                     await producer.start()
                     self._producer = producer

@@ -231,7 +231,7 @@ class ClusterView:
         elif key.startswith(BROKERS):
             node = int(key[len(BROKERS) :])
             if put:
-                self.brokers[node] = BrokerInfo(*msgpack.unpackb(event.value))
+                self.brokers[node] = BrokerInfo.decode(event.value)
                 self.broker_epochs[node] = event.revision  # registrations are never rewritten
             else:
                 self.brokers.pop(node, None)

@@ -29,6 +29,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from mq.client.connection import Connection
+from mq.client.security import Security
 from mq.errors import MQError
 from mq.replication.store import MetadataStore
 from mq.wire.apis_replication import BROKER_HELLO, MIN_SECRET_BYTES
@@ -47,6 +48,9 @@ class BrokerCredentials:
 
     node_id: int
     secret: bytes = field(repr=False)
+    security: Security | None = field(default=None, repr=False)
+    """TLS and SASL of the connections this broker opens to others (issue 19): those of
+    the inter-broker listener, with the broker's own credentials; None: plaintext."""
 
     def matches(self, presented: bytes) -> bool:
         """Whether ``presented`` is the secret (constant time: no timing oracle)."""
@@ -73,7 +77,9 @@ async def open_broker_connection(
     Raises NetworkError if it cannot connect, ClusterAuthorizationFailedError if
     the other broker refuses the secret (another cluster's, or a misconfigured one).
     """
-    connection = await Connection.open(host, port, client_id=client_id)
+    connection = await Connection.open(
+        host, port, client_id=client_id, security=credentials.security
+    )
     try:
         await connection.call(
             BROKER_HELLO,

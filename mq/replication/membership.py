@@ -18,7 +18,8 @@ Thread safety: one event loop.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import msgpack
 
@@ -40,6 +41,18 @@ class BrokerInfo(NamedTuple):
     max_partitions: int = 0
     """Most partition replicas the broker hosts (its file budget,
     :mod:`mq.broker.limits`); 0: no limit known (a broker of an older version)."""
+    endpoints: Sequence[Sequence[Any]] = ()
+    """Every listener of the broker as (name, host, port) (:mod:`mq.broker.listeners`);
+    ``host``/``port`` are the inter-broker listener's. Empty: a broker of an older
+    version, reachable only at ``host``/``port``."""
+
+    @classmethod
+    def decode(cls, value: bytes) -> BrokerInfo:
+        """A registration as :func:`register` wrote it (endpoints as tuples)."""
+        fields = msgpack.unpackb(value)
+        if len(fields) > 4:
+            fields[4] = tuple(tuple(endpoint) for endpoint in fields[4])
+        return cls(*fields)
 
 
 class Controller(NamedTuple):
@@ -54,7 +67,9 @@ def broker_key(node_id: int) -> str:
 
 async def register(store: MetadataStore, info: BrokerInfo, lease: Lease) -> int:
     """Register a live broker under ``lease``; the revision. Refused if the id is taken."""
-    value = msgpack.packb([info.node_id, info.host, info.port, info.max_partitions])
+    value = msgpack.packb(
+        [info.node_id, info.host, info.port, info.max_partitions, list(info.endpoints)]
+    )
     key = broker_key(info.node_id)
     revision = await store.commit([Compare(key, 0)], [Put(key, value, lease.id)])
     if revision is None:
@@ -67,7 +82,7 @@ async def live_brokers(store: MetadataStore) -> tuple[dict[int, BrokerInfo], int
     entries, revision = await store.get_prefix(BROKERS)
     brokers = {}
     for entry in entries:
-        info = BrokerInfo(*msgpack.unpackb(entry.value))
+        info = BrokerInfo.decode(entry.value)
         brokers[info.node_id] = info
     return brokers, revision
 

@@ -32,6 +32,8 @@ key   name                           purpose
 46    list_partition_reassignments   the partition moves in progress
 48    describe_client_quotas         quotas per user / client id (and their defaults)
 49    alter_client_quotas            set or remove quotas; applied cluster-wide by a watch
+50    describe_user_scram_credentials  the SCRAM users and their mechanisms (never keys)
+51    alter_user_scram_credentials   add, replace or delete users' SCRAM credentials
 1000  replica_fetch                  a follower pulls from its leader (reads to the log end)
 1001  internal_append                a broker appends to an internal topic led elsewhere
 1002  broker_hello                   a connection proves it is a broker of this cluster
@@ -54,6 +56,7 @@ from mq.wire import (
     apis_queues,
     apis_quotas,
     apis_replication,
+    apis_security,
 )
 from mq.wire.registry import all_apis
 
@@ -62,8 +65,6 @@ RESERVED_KEYS: dict[int, str] = {
     30: "create_acls",
     31: "delete_acls",
     42: "delete_groups",
-    50: "describe_user_scram_credentials",
-    51: "alter_user_scram_credentials",
 }
 """Keys set aside for later APIs, by the name each will be declared with: ACLs
 and SCRAM users (Kafka's keys), and group deletion."""
@@ -76,6 +77,7 @@ AREAS = (
     apis_cluster,
     apis_queues,
     apis_quotas,
+    apis_security,
 )
 """The modules whose ``define_api`` calls make up the protocol."""
 

@@ -129,3 +129,12 @@ def test_metrics_overhead_runs_both_variants_and_verifies() -> None:
         assert row["runs"] == 2
         assert row["off_msg_per_s"] > 0
         assert row["on_msg_per_s"] > 0
+
+
+def test_security_benchmark_runs_and_verifies() -> None:
+    [result] = run_benchmark("benchmarks.security", "--messages", "2000", "--runs", "2")
+
+    assert result["verified"] is True
+    for workload in ("W1", "W3"):
+        assert len(result[workload]["runs_s"]["sasl_ssl"]) == 2
+        assert result[workload]["ratio"] > 0

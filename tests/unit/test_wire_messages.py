@@ -394,6 +394,8 @@ def test_the_apis_the_broker_needs_are_defined() -> None:
         "describe_queue": 1012,
         "describe_client_quotas": 48,
         "alter_client_quotas": 49,
+        "describe_user_scram_credentials": 50,
+        "alter_user_scram_credentials": 51,
     }
     assert {a.name: a.key for a in all_apis()} == wanted
     for name, key in wanted.items():
