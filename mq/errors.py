@@ -507,3 +507,12 @@ class SaslAuthenticationFailedError(MQError):
     code = 58
     name = "SASL_AUTHENTICATION_FAILED"
     default_message = "authentication failed"
+
+
+# -- authorization (issue 19, ACLs) ----------------------------------------------------
+
+
+class SecurityDisabledError(MQError):
+    code = 54
+    name = "SECURITY_DISABLED"
+    default_message = "authorization is off on this broker (authorizer = \"none\")"

@@ -26,11 +26,13 @@ from mq.broker import (
     handlers_replication,
 )
 from mq.broker.admission import ConnectionCounts, MemoryBudget, RateLimitedLog
+from mq.broker.authorizer import Authorizer
 from mq.broker.broker import Broker
 from mq.broker.config import BrokerConfig
 from mq.broker.connection import Connection, Handler
 from mq.broker.context import RequestContext
 from mq.broker.coordinator import GroupCoordinator
+from mq.broker.handlers_acls import acl_handlers
 from mq.broker.offsets import OffsetStore
 from mq.broker.queues import ShareManager
 from mq.errors import UnsupportedVersionError
@@ -131,8 +133,9 @@ class Server:
     def __init__(self, broker: Broker) -> None:
         config = broker.config
         self.broker = broker
-        self.handlers: dict[int, Handler] = HANDLERS
-        broker.served_apis = frozenset(HANDLERS)
+        self.authorizer = Authorizer(config)
+        self.handlers: dict[int, Handler] = {**HANDLERS, **acl_handlers(self.authorizer)}
+        broker.served_apis = frozenset(self.handlers)
         self.connections: set[Connection] = set()
         self.budget = MemoryBudget(config.queued_max_bytes)
         self.counts = ConnectionCounts(config.max_connections, config.max_connections_per_ip)
@@ -150,7 +153,7 @@ class Server:
         if handler is None:
             raise UnsupportedVersionError(f"{request.api.name} is not served by this broker yet")
         gate.admit(ctx, request)  # authorization: before any handler runs
-        return handler
+        return self.authorizer.admit(ctx, request, handler)  # the ACLs (issue 19)
 
     async def start(self) -> tuple[str, int]:
         """Start the broker and listen; returns the address actually bound (port 0 → free port).
@@ -166,6 +169,7 @@ class Server:
         queues = ShareManager(self.broker)
         self.broker.queues = queues
         await self.broker.start()
+        await self.authorizer.start(self.broker.store)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Connection(self), config.host, config.port, reuse_address=True, backlog=1024
@@ -188,6 +192,7 @@ class Server:
                 await self._sweeper
         for connection in list(self.connections):
             connection.close()
+        await self.authorizer.stop()
         if self._server is not None:
             await self._server.wait_closed()
         if self.broker.queues is not None:

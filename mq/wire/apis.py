@@ -24,6 +24,9 @@ key   name                           purpose
 20    delete_topics                  delete topics
 21    delete_records                 advance partitions' log start offsets
 22    init_producer_id               producer id and epoch of an idempotent producer
+29    describe_acls                  the ACL bindings a filter selects
+30    create_acls                    add ACL bindings
+31    delete_acls                    remove the ACL bindings filters select
 32    describe_configs               a topic's configs
 33    alter_configs                  change or reset some of a topic's configs (incremental)
 36    authenticate                   a SASL step (SCRAM); sent right after api_versions
@@ -45,6 +48,7 @@ Keys held for APIs to come (:data:`RESERVED_KEYS`); each arrives as one
 from __future__ import annotations
 
 from mq.wire import (
+    apis_acls,
     apis_cluster,
     apis_core,
     apis_data,
@@ -55,17 +59,22 @@ from mq.wire import (
 from mq.wire.registry import all_apis
 
 RESERVED_KEYS: dict[int, str] = {
-    29: "describe_acls",
-    30: "create_acls",
-    31: "delete_acls",
     42: "delete_groups",
     50: "describe_user_scram_credentials",
     51: "alter_user_scram_credentials",
 }
-"""Keys set aside for later APIs, by the name each will be declared with: ACLs
-and SCRAM users (Kafka's keys), and group deletion."""
+"""Keys set aside for later APIs, by the name each will be declared with: SCRAM
+users (Kafka's keys), and group deletion."""
 
-AREAS = (apis_core, apis_data, apis_groups, apis_replication, apis_cluster, apis_queues)
+AREAS = (
+    apis_core,
+    apis_data,
+    apis_groups,
+    apis_replication,
+    apis_cluster,
+    apis_queues,
+    apis_acls,
+)
 """The modules whose ``define_api`` calls make up the protocol."""
 
 __all__ = ["AREAS", "RESERVED_KEYS", "all_apis"]

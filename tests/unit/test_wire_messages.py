@@ -392,6 +392,9 @@ def test_the_apis_the_broker_needs_are_defined() -> None:
         "queue_receive": 1010,
         "queue_ack": 1011,
         "describe_queue": 1012,
+        "describe_acls": 29,
+        "create_acls": 30,
+        "delete_acls": 31,
     }
     assert {a.name: a.key for a in all_apis()} == wanted
     for name, key in wanted.items():
