@@ -515,4 +515,4 @@ class SaslAuthenticationFailedError(MQError):
 class SecurityDisabledError(MQError):
     code = 54
     name = "SECURITY_DISABLED"
-    default_message = "authorization is off on this broker (authorizer = \"none\")"
+    default_message = 'authorization is off on this broker (authorizer = "none")'
