@@ -22,6 +22,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "ack": ("queue", "Ack messages: done, deleted."),
+    "acl": ("acl", "Manage ACLs: who may do what on which topic, group, queue or..."),
     "chaos": ("chaos", "Fault injection: run workloads against a local cluster under..."),
     "cluster": ("cluster", "Run a local cluster; inspect a cluster."),
     "consume": ("consume", "Print messages of TOPIC until --max-messages, --timeout or..."),

@@ -42,6 +42,18 @@ from mq.errors import MQError
 @click.option(
     "--node-id", type=click.IntRange(0, 2**31 - 1), help="This broker's id in the cluster [0]."
 )
+@click.option(
+    "--authorizer",
+    type=click.Choice(["auto", "acl", "none"]),
+    help="acl: check every request against the ACLs; none: allow all [auto].",
+)
+@click.option(
+    "--super-user",
+    "super_users",
+    multiple=True,
+    metavar="NAME",
+    help="A user the ACLs do not apply to (repeatable; adds to the config's super_users).",
+)
 def serve(
     data_dir: Path | None,
     host: str | None,
@@ -49,6 +61,8 @@ def serve(
     config_file: Path | None,
     metadata: str | None,
     node_id: int | None,
+    authorizer: str | None,
+    super_users: tuple[str, ...],
 ) -> None:
     """Run a broker (a single node with the embedded defaults unless told otherwise)."""
     flags = {
@@ -57,12 +71,15 @@ def serve(
         "port": port,
         "metadata": metadata,
         "node_id": node_id,
+        "authorizer": authorizer,
     }
     try:
         if config_file is not None:
             config = BrokerConfig.from_file(config_file, **flags)
         else:
             config = BrokerConfig().with_overrides(**flags)
+        if super_users:  # issue 19: the flag adds to the file's list
+            config = config.with_overrides(super_users=(*config.super_users, *super_users))
         if config.malloc_trim_bytes:
             keep_freed_memory(config.malloc_trim_bytes)
         uvloop.run(_run(config))

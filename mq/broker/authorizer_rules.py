@@ -309,7 +309,13 @@ def metadata(
         return describe(authz, ctx, name, broker)
 
     def answer(name: str, error: MQError) -> Any:
-        return {"name": name, "error": error.code, "internal": False, "partitions": []}
+        return {
+            "name": name,
+            "error": error.code,
+            "message": error.message,
+            "internal": False,
+            "partitions": [],
+        }
 
     return per_entry("topics", _itself, check, answer)(authz, ctx, request, handler)
 

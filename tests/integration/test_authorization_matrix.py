@@ -439,7 +439,8 @@ async def _setup(server: Server) -> None:
         "topics": [{"name": T, "partitions": [{"partition": 0, "offset": 0}]}],
     }
     code, response = await _call(server, root, apis_groups.OFFSET_COMMIT, commit)
-    assert code == 0 and not _authz_errors(response), response
+    assert code == 0, response
+    assert not _authz_errors(response), response
 
 
 async def test_every_api_for_every_principal(tmp_path: Path) -> None:
@@ -520,7 +521,8 @@ async def test_a_refused_topic_does_not_stop_the_allowed_one(tmp_path: Path) -> 
         code, response = await _call(server, Case("a", ALICE).context(1), apis_data.PRODUCE, body)
         assert code == 0
         results = {t["name"]: t["partitions"][0] for t in response["topics"]}
-        assert results[T]["error"] == 0 and results[T]["base_offset"] >= 0
+        assert results[T]["error"] == 0
+        assert results[T]["base_offset"] >= 0
         assert results["app.doomed"]["error"] == 29
 
 
@@ -532,6 +534,7 @@ async def test_authorization_off_by_default_allows_everyone(tmp_path: Path) -> N
         ctx = Case("anonymous", "User:ANONYMOUS").context(1)
         spec = next(s for s in SPECS if s.api is apis_data.PRODUCE)
         code, response = await _call(server, ctx, spec.api, spec.body(server))
-        assert code == 0 and not _authz_errors(response)
+        assert code == 0
+        assert not _authz_errors(response)
         code, message = await _call(server, ctx, apis_acls.DESCRIBE_ACLS, {"filter": {}})
         assert code == 54, message
