@@ -16,6 +16,7 @@ from typing import Any
 from mq.config_values import parse_int
 from mq.errors import InvalidConfigError
 from mq.storage.config import MAX_DURATION_MS, MAX_LOG_BYTES, LogConfig
+from mq.wire.apis_acls import MAX_ACL_BINDINGS
 from mq.wire.apis_replication import MAX_SECRET_BYTES, MIN_SECRET_BYTES
 from mq.wire.limits import I32_MAX, I64_MAX, I64_MIN, MAX_BROKERS, MAX_NAME_LEN, MAX_PARTITIONS
 
@@ -215,7 +216,8 @@ class BrokerConfig:
     ``User:name``): Kafka's ``super.users``."""
     max_acls: int = 100_000
     """ACL bindings the cluster may hold: every broker keeps them all in memory
-    (~1 KB each with the index), so 100,000 cost ~100 MB; create_acls past it fails."""
+    (~1 KB each with the index), so 100,000 cost ~100 MB; create_acls past it fails.
+    At most 100,000 (``MAX_ACL_BINDINGS``): describe_acls answers them all at once."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -360,7 +362,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "producer_id_expiration_ms": (1, MAX_DURATION_MS),
     "producer_id_expiration_check_ms": (1, MAX_DURATION_MS),
     "max_producer_ids_per_partition": (1, I32_MAX),
-    "max_acls": (1, 10_000_000),
+    "max_acls": (1, MAX_ACL_BINDINGS),
 }
 """The range of every integer broker setting (inclusive); an integer setting not
 listed is still checked to be an integer. Times use the topic configs' ceiling
