@@ -53,6 +53,8 @@ MAX_HOST_LEN = 255
 
 
 class ResourceType(enum.Enum):
+    __hash__ = object.__hash__  # members are singletons: C's identity hash, not Enum's
+
     TOPIC = "topic"
     GROUP = "group"
     QUEUE = "queue"
@@ -60,6 +62,8 @@ class ResourceType(enum.Enum):
 
 
 class Operation(enum.Enum):
+    __hash__ = object.__hash__  # members are singletons: C's identity hash, not Enum's
+
     READ = "read"
     WRITE = "write"
     CREATE = "create"
@@ -74,11 +78,15 @@ class Operation(enum.Enum):
 
 
 class Permission(enum.Enum):
+    __hash__ = object.__hash__  # members are singletons: C's identity hash, not Enum's
+
     ALLOW = "allow"
     DENY = "deny"
 
 
 class PatternType(enum.Enum):
+    __hash__ = object.__hash__  # members are singletons: C's identity hash, not Enum's
+
     LITERAL = "literal"
     PREFIXED = "prefixed"
 
@@ -96,15 +104,23 @@ ALLOW_IMPLIES: dict[Operation, frozenset[Operation]] = {
 """For an operation asked, the operations whose allow grants it (Kafka's implied ACLs)."""
 
 
-def allowing_operations(asked: Operation) -> frozenset[Operation]:
-    """The operations of allow bindings that grant ``asked`` (``all`` grants all but delete)."""
+def _allowing(asked: Operation) -> frozenset[Operation]:
     granted = ALLOW_IMPLIES.get(asked, frozenset({asked}))
     return granted if asked is Operation.DELETE else granted | {Operation.ALL}
 
 
+_ALLOWING = {op: _allowing(op) for op in Operation}
+_DENYING = {op: frozenset({op, Operation.ALL}) for op in Operation}
+
+
+def allowing_operations(asked: Operation) -> frozenset[Operation]:
+    """The operations of allow bindings that grant ``asked`` (``all`` grants all but delete)."""
+    return _ALLOWING[asked]
+
+
 def denying_operations(asked: Operation) -> frozenset[Operation]:
     """The operations of deny bindings that refuse ``asked``: itself and ``all``."""
-    return frozenset({asked, Operation.ALL})
+    return _DENYING[asked]
 
 
 def user_principal(name: str) -> str:
