@@ -43,6 +43,11 @@ from mq.errors import MQError
     "--node-id", type=click.IntRange(0, 2**31 - 1), help="This broker's id in the cluster [0]."
 )
 @click.option(
+    "--encryption-key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Encrypt record batches at rest with this key file's newest key [none].",
+)
+@click.option(
     "--authorizer",
     type=click.Choice(["auto", "acl", "none"]),
     help="acl: check every request against the ACLs; none: allow all [auto].",
@@ -61,6 +66,7 @@ def serve(
     config_file: Path | None,
     metadata: str | None,
     node_id: int | None,
+    encryption_key_file: Path | None,
     authorizer: str | None,
     super_users: tuple[str, ...],
 ) -> None:
@@ -71,6 +77,7 @@ def serve(
         "port": port,
         "metadata": metadata,
         "node_id": node_id,
+        "encryption_key_file": encryption_key_file,
         "authorizer": authorizer,
     }
     try:
@@ -90,11 +97,13 @@ def serve(
 
 
 async def _run(config: BrokerConfig) -> None:
-    server = Server(Broker(config))
+    broker = Broker(config)
+    server = Server(broker)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, broker.reload_keys)  # encryption keys (issue 19)
     try:
         host, port = await server.start()
     except BaseException:

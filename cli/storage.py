@@ -1,4 +1,4 @@
-"""``mq storage``: offline admin tools for log files, ``dump``, ``verify`` and ``repair``.
+"""``mq storage``: offline admin tools for log files, ``dump``, ``verify``, ``repair``, ``keygen``.
 
 Both commands only read files, so they are safe on a running broker's data
 dir too (an active segment may then end mid-batch). The reading and checking
@@ -25,8 +25,10 @@ from typing import Any
 
 import click
 
+from mq.errors import MQError
 from mq.records.batch import NO_TIMESTAMP
 from mq.storage import scrub
+from mq.storage.keyfile import add_key
 from mq.storage.verify import (
     BadBatch,
     BatchInfo,
@@ -84,6 +86,25 @@ def dump(segment_file: Path, as_json: bool) -> None:
         if exc.errno == errno.EPIPE:
             raise  # stdout went away (| head): click exits quietly
         raise click.ClickException(f"cannot read {segment_file}: {exc.strerror or exc}") from exc
+
+
+@storage.command("keygen")
+@click.argument("key_file", type=click.Path(dir_okay=False, path_type=Path))
+def keygen(key_file: Path) -> None:
+    """Add a new random AES-256 key to KEY_FILE (created mode 600 if missing).
+
+    The new key gets the next id and encrypts from the brokers' next start (or
+    SIGHUP); the older keys stay in the file and decrypt what they encrypted.
+    Give every broker of a cluster the same file (``mq serve
+    --encryption-key-file KEY_FILE``).
+    """
+    try:
+        key_id = add_key(key_file)
+    except MQError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {key_file}: {exc.strerror or exc}") from exc
+    click.echo(f"added key {key_id} to {key_file}")
 
 
 @storage.command("verify")

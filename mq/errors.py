@@ -516,3 +516,26 @@ class SecurityDisabledError(MQError):
     code = 54
     name = "SECURITY_DISABLED"
     default_message = 'authorization is off on this broker (authorizer = "none")'
+
+
+# -- encryption at rest (mq's own codes, 160-169) ----------------------------------------
+
+
+class EncryptionKeyNotFoundError(MQError):
+    """A stored batch is encrypted with a key id this broker's keyring does not hold (or
+    the broker has no key file): reads of it fail until the key is added; the message
+    names the key id. Other partitions are served as usual."""
+
+    code = 160
+    name = "ENCRYPTION_KEY_NOT_FOUND"
+    default_message = "the batch is encrypted with a key this broker does not hold"
+
+
+class DecryptionFailedError(MQError):
+    """A stored encrypted batch does not authenticate (AES-GCM tag): its bytes were
+    altered with a matching CRC, or its key id names another key than the one that
+    encrypted it."""
+
+    code = 161
+    name = "DECRYPTION_FAILED"
+    default_message = "an encrypted batch failed authentication"

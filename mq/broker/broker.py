@@ -67,6 +67,7 @@ from mq.replication.local_store import LocalStore
 from mq.replication.membership import BrokerInfo, NodeIdInUseError
 from mq.replication.store import CompactedError, Lease, MetadataStore
 from mq.replication.throttle import TokenBucket
+from mq.storage.keyfile import load_keyring, read_keys
 from mq.wire.apis_core import CREATE_TOPICS, CreateTopicsResponse
 from mq.wire.limits import validate_topic_name
 
@@ -98,6 +99,10 @@ class Broker:
         self.limits = limits.apply(config)
         """The file budget: descriptors, maps, the partitions this broker may host."""
         self.partitions: dict[tuple[str, int], Partition] = {}
+        self.keyring = (
+            load_keyring(config.encryption_key_file) if config.encryption_key_file else None
+        )
+        """Encryption at rest (every partition's log shares it), or None."""
         self.view = ClusterView()
         self.store: MetadataStore = (
             EtcdStore.from_url(config.metadata)
@@ -131,6 +136,20 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._view_waiters: set[asyncio.Future[None]] = set()
         self._stopping = False
+
+    def reload_keys(self) -> None:
+        """Read the encryption key file again (SIGHUP): a key added there encrypts from now on."""
+        if self.keyring is None or self.config.encryption_key_file is None:
+            log.warning("SIGHUP: no encryption key file to reload")
+            return
+        try:
+            self.keyring.replace(read_keys(self.config.encryption_key_file))
+        except MQError as exc:
+            log.error("SIGHUP: the encryption keys stay as they were: %s", exc)
+            return
+        log.info(
+            "encryption keys reloaded: ids %s, %d encrypts", self.keyring.ids, self.keyring.newest
+        )
 
     # -- lifecycle ----------------------------------------------------------------
 

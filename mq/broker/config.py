@@ -218,6 +218,12 @@ class BrokerConfig:
     """ACL bindings the cluster may hold: every broker keeps them all in memory
     (~1 KB each with the index), so 100,000 cost ~100 MB; create_acls past it fails.
     At most 100,000 (``MAX_ACL_BINDINGS``): describe_acls answers them all at once."""
+    # encryption at rest (issue 19: mq.records.encryption, mq.storage.keyfile)
+    encryption_key_file: Path | None = None
+    """A key file (``mq storage keygen FILE`` makes one): record batches are encrypted
+    with its newest key before they reach the disk, and every key in it decrypts. The
+    same file on every broker; SIGHUP reloads it. None (the default): nothing is
+    encrypted."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -304,6 +310,8 @@ class BrokerConfig:
             raise InvalidConfigError(f"{path}: unknown settings {sorted(unknown)}")
         if "data_dir" in raw:
             raw["data_dir"] = Path(raw["data_dir"])
+        if isinstance(raw.get("encryption_key_file"), str):
+            raw["encryption_key_file"] = Path(raw["encryption_key_file"])
         config = cls(**raw, log=LogConfig().with_overrides(log_settings))
         return config.with_overrides(**overrides)
 

@@ -143,7 +143,7 @@ class OffsetStore:
         offset, count, end = partition.log.log_start_offset, 0, partition.local_end
         found: Slice | None
         loaded: dict[str, dict[TopicPartition, CommittedOffset]] = {}
-        while (found := partition.log.read(offset, LOAD_READ_BYTES, end)) is not None:
+        while (found := partition.log.read_plain(offset, LOAD_READ_BYTES, end)) is not None:
             data, pos = found.data, 0
             while pos < len(data):
                 size = int.from_bytes(data[pos + 8 : pos + 12], "big") + 12

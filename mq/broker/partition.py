@@ -45,6 +45,7 @@ from mq.errors import (
     StorageError,
     UnknownLeaderEpochError,
 )
+from mq.records.encryption import Keyring
 from mq.replication.placement import PartitionState
 from mq.replication.tracker import ReplicaTracker
 from mq.storage.checkpoint import read_high_watermark, write_high_watermark
@@ -114,9 +115,16 @@ class Partition:
 
     @classmethod
     def open(
-        cls, data_dir: Path, topic: str, index: int, config: LogConfig, node_id: int = 0
+        cls,
+        data_dir: Path,
+        topic: str,
+        index: int,
+        config: LogConfig,
+        node_id: int = 0,
+        keyring: Keyring | None = None,
     ) -> Partition:
-        return cls(topic, index, Log.open(data_dir / f"{topic}-{index}", config), node_id)
+        directory = data_dir / f"{topic}-{index}"
+        return cls(topic, index, Log.open(directory, config, keyring=keyring), node_id)
 
     @property
     def name(self) -> str:
@@ -361,14 +369,16 @@ class Partition:
         self._wake()
 
     def read(self, offset: int, max_bytes: int) -> Slice | None:
-        """What a consumer may see: whole batches below the high watermark."""
+        """What a consumer may see: whole batches below the high watermark, in clear
+        (encrypted batches opened; a missing key fails this partition's read only)."""
         try:
-            return self.log.read(offset, max_bytes, self.high_watermark)
+            return self.log.read_plain(offset, max_bytes, self.high_watermark)
         except CorruptRecordError as exc:
             raise self._corrupt(offset, exc) from exc
 
     def read_for_follower(self, offset: int, max_bytes: int) -> Slice | None:
-        """What a follower may copy: whole acknowledged batches (up to the local log end)."""
+        """What a follower may copy: whole acknowledged batches (up to the local log end),
+        as stored (encrypted ones stay encrypted)."""
         try:
             return self.log.read(offset, max_bytes, self.local_end)
         except CorruptRecordError as exc:

@@ -17,7 +17,8 @@ replica hosted here, :func:`repair`:
    so the segment comes back byte-identical. When the leader cannot serve the
    range as one sound segment, it truncates its log at the damaged segment's
    base offset instead (truncation never walks into the damage) and its
-   replica fetcher copies everything from there again;
+   replica fetcher copies everything from there again. A broker that encrypts at
+   rest always truncates (a consumer fetch brings batches opened, in clear);
 3. the leader adds it back to the ISR when it has caught up, as for any follower
    (until the damaged range is back, the replica leaves again if a leader acting
    on an older view wrote it back).
@@ -181,6 +182,10 @@ async def _rewrite_from_leader(
     sound segment of the same offsets (then the caller truncates instead).
     """
     base = damage.segment_base
+    if partition.log.keyring is not None:
+        # consumer fetches bring batches opened: written here they would be in clear
+        log.info("%s: encrypted at rest: truncating instead of rewriting", partition.name)
+        return False
     try:
         data = await _fetch_range(broker, partition, base, end)
         epochs = [(e.epoch, e.start_offset) for e in partition.log.epochs.entries]

@@ -173,7 +173,7 @@ class ReplicaManager:
             _claim(directory, topic.topic_id)
             config = topic_log_config(broker.config.log, split_topic_configs(topic.configs)[0])
             partition = Partition.open(
-                broker.config.data_dir, topic.name, index, config, broker.node_id
+                broker.config.data_dir, topic.name, index, config, broker.node_id, broker.keyring
             )
         except (MQError, OSError) as exc:
             log.error("%s-%d stays offline here: %s", topic.name, index, exc)

@@ -8,7 +8,8 @@ Byte layout, big-endian, offsets from the start of the batch::
     16  magic                 int8    always 2
     17  crc                   uint32  CRC-32C (Castagnoli) of bytes [21, end)
     21  attributes            int16   bits 0-2 codec, 3 timestamp type, 4 transactional,
-                                      5 control batch
+                                      5 control batch, 6 delete horizon (the cleaner's),
+                                      7 encrypted at rest (the broker's, see below)
     23  lastOffsetDelta       int32   offset of the last record minus baseOffset
     27  baseTimestamp         int64   timestamp of the first record (ms)
     35  maxTimestamp          int64   largest record timestamp (ms)
@@ -24,6 +25,15 @@ when it appends (baseOffset, and partitionLeaderEpoch). A producer computes the
 CRC once; the broker checks it and assigns offsets by rewriting the first 8
 bytes in place; the same CRC then holds on disk, on a follower and at the
 consumer. The broker never looks inside the records on its hot path.
+
+Encrypted at rest (``--encryption-key-file``, :mod:`mq.records.encryption`):
+attribute bit 7 set, the header otherwise in clear, and the records section
+replaced by ``keyId u32 | nonce 12 B | AES-256-GCM ciphertext of the records
+section | tag 16 B``; batchLength counts those 32 extra bytes and the CRC covers
+the stored bytes, as for any batch, so everything that checks CRCs works on
+encrypted segments without a key. Only a broker sets the bit: producers may
+not, consumers never see it (a fetch opens the batch
+back into its plain form), followers store it as the leader does.
 
 This module works on headers only: parse, check, rewrite. Building and decoding
 records lives in :mod:`mq.records.records`.
@@ -70,11 +80,16 @@ MAX_CODEC = 4
 DELETE_HORIZON_BIT = 0x40
 """Set by the log cleaner: baseTimestamp holds the time after which the batch's
 tombstones may go (Kafka's KIP-534); record timestamps stay base + delta."""
+ENCRYPTED_BIT = 0x80
+"""Set by a broker that encrypts at rest: the records section is sealed
+(:mod:`mq.records.encryption`). Bit 7 is unused by Kafka."""
 
 NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER_STRUCT = _HEADER
+"""The header's fields as one struct (for code that packs a header apart from its batch)."""
 _BASE_OFFSET = struct.Struct(">q")
 _OFFSET_AND_EPOCH = struct.Struct(">qii")
 _LENGTH = struct.Struct(">qi")
@@ -214,6 +229,8 @@ def validate_produced(
             raise UnsupportedCompressionError(f"batch attributes name codec {header.codec}")
         if header.attributes & DELETE_HORIZON_BIT:
             raise InvalidRecordError("the delete-horizon flag is the log cleaner's, not a client's")
+        if header.attributes & ENCRYPTED_BIT:
+            raise InvalidRecordError("the encrypted flag (attribute bit 7) is the broker's")
         _check_timestamps(header, now_ms, max_timestamp_skew_ms)
         if (
             now_ms is not None

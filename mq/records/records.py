@@ -384,6 +384,11 @@ def decode_records(
     header = fmt.check_batch(batch, 0, len(batch))
     if header.size != len(batch):
         raise CorruptRecordError(f"{len(batch) - header.size} bytes follow the batch")
+    if header.attributes & fmt.ENCRYPTED_BIT:
+        raise CorruptRecordError(
+            f"the batch at offset {header.base_offset} is encrypted at rest: it is decoded "
+            "only once a broker holding its key has opened it"
+        )
     codec = header.codec
     data: bytes
     if codec == CODEC_NONE:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mq.errors import StorageError
+from mq.records.encryption import Keyring
 from mq.storage.checkpoint import Checkpoint
 from mq.storage.cleaner import CleanerState
 from mq.storage.config import LogConfig
@@ -70,6 +71,8 @@ class LogCore(Protocol):
     chain: SegmentChain
     io: FileIO
     clock: Callable[[], int]
+    keyring: Keyring | None
+    name: bytes
 
     @property
     def size_bytes(self) -> int: ...

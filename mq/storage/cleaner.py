@@ -26,6 +26,13 @@ pass that first keeps them: that pass stamps the batch with a *delete horizon*
 after the horizon drops them. Records without a key cannot be compacted: the
 log refuses them on append, and the cleaner drops any it finds.
 
+Encrypted at rest (:mod:`mq.records.encryption`): a pass opens each batch with the
+log's keyring to read its keys, and seals every batch it writes with the newest
+key; a batch kept whole is copied as it is only if that key sealed it already,
+so a pass also moves a compacted log off older keys (and encrypts batches stored
+before encryption was on). Without the key of a batch in the range the pass
+fails, naming the key id, and the log stays as it was.
+
 The swap survives a crash at any point: the cleaned files are synced, then
 the manifest ``cleaner.swap`` (for each new segment, the old ones it
 replaces) is written atomically — the commit point —, the old files are
@@ -54,9 +61,12 @@ from pathlib import Path
 from mq.errors import CorruptRecordError, MQError
 from mq.records.batch import (
     DELETE_HORIZON_BIT,
+    ENCRYPTED_BIT,
     BatchHeader,
     iter_batches,
+    parse_header,
 )
+from mq.records.encryption import Keyring, open_batch, seal_batch, stored_key_id
 from mq.records.records import decode_records, rebuild_batch
 from mq.storage.fileio import FileIO
 from mq.storage.segment import MAX_RELATIVE_OFFSET, Segment, segment_name
@@ -115,6 +125,11 @@ class CleanJob:
     delete_retention_ms: int
     now_ms: int
     max_keys: int = DEFAULT_MAX_KEYS
+    keyring: Keyring | None = None
+    """Encryption at rest: batches are opened to be compacted, and every batch the
+    pass writes is sealed with the newest key (see :meth:`_clean_batch`)."""
+    name: bytes = b""
+    """The partition's name (bound to its encrypted batches)."""
     outputs: list[Output] = field(default_factory=list)
     state: CleanerState = field(default_factory=CleanerState)
     """The state to keep once this pass is swapped in."""
@@ -170,7 +185,7 @@ class CleanJob:
                 if header.is_control:
                     continue
                 assert buf is not None
-                for record in decode_records(memoryview(buf)[pos : pos + header.size]):
+                for record in decode_records(self._plain(buf, pos, header)):
                     if record.key is not None:
                         latest[record.key] = record.offset
         return latest
@@ -242,7 +257,10 @@ class CleanJob:
         delete horizon if it keeps a tombstone."""
         if header.is_control:
             return True, None, None
-        records = decode_records(memoryview(buf)[pos : pos + header.size])
+        plain = self._plain(buf, pos, header)
+        if header.attributes & ENCRYPTED_BIT:
+            header = parse_header(plain)
+        records = decode_records(plain)
         stamped = bool(header.attributes & DELETE_HORIZON_BIT)
         horizon = header.base_timestamp if stamped else self.now_ms + self.delete_retention_ms
         kept = []
@@ -261,7 +279,9 @@ class CleanJob:
         if not kept:
             return False, None, None
         if len(kept) == len(records) and (stamped or not tombstones):
-            return True, None, due
+            if self._sealed_with_newest(buf, pos):
+                return True, None, due
+            return False, self._seal(bytes(plain), header), due  # under an older key, or plain
         if tombstones and not stamped:
             attributes, base_timestamp = header.attributes | DELETE_HORIZON_BIT, horizon
         elif tombstones:
@@ -270,7 +290,26 @@ class CleanJob:
             attributes = header.attributes & ~DELETE_HORIZON_BIT
             base_timestamp = kept[0].timestamp
         rebuilt = rebuild_batch(header, kept, attributes=attributes, base_timestamp=base_timestamp)
-        return False, rebuilt, due
+        return False, self._seal(rebuilt, header), due
+
+    def _plain(self, buf: memoryview, pos: int, header: BatchHeader) -> memoryview | bytearray:
+        """The batch at ``pos``, opened if it is encrypted."""
+        if header.attributes & ENCRYPTED_BIT:
+            return open_batch(self.keyring, self.name, buf, pos, header)
+        return memoryview(buf)[pos : pos + header.size]
+
+    def _sealed_with_newest(self, buf: memoryview, pos: int) -> bool:
+        """Whether a batch may be copied as it is: no keyring, or sealed with its newest key
+        (so a pass moves a compacted log's old batches to the newest key)."""
+        return self.keyring is None or stored_key_id(buf, pos) == self.keyring.newest
+
+    def _seal(self, batch: bytes, header: BatchHeader) -> bytes:
+        if self.keyring is None:
+            return batch
+        sealed, _ = seal_batch(
+            self.keyring, self.name, batch, 0, parse_header(batch), header.base_offset
+        )
+        return bytes(sealed)  # the spool takes bytes
 
     def _check_cancelled(self) -> None:
         if self._cancelled.is_set():

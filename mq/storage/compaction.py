@@ -71,6 +71,8 @@ def begin_clean(
         cfg.delete_retention_ms,
         now,
         max_keys,
+        log.keyring,
+        log.name,
     )
 
 

@@ -15,6 +15,11 @@ log as first argument, each called through the method of the same name:
 retention, delete-records and truncation in :mod:`mq.storage.retention`, and
 the log's side of compaction in :mod:`mq.storage.compaction`.
 
+Encryption at rest: a log opened with a :class:`~mq.records.encryption.Keyring`
+seals every batch :meth:`Log.append` takes (after its checks, before the
+segment sees it); :meth:`Log.read` returns what is stored (followers copy it as
+it is) and :meth:`Log.read_plain` the batches opened again.
+
 A failed write or sync is sticky: the log raises :class:`StorageError` from
 then on, for appends and reads alike, until it is reopened (which recovers it).
 
@@ -38,6 +43,7 @@ from mq.errors import (
     StorageError,
 )
 from mq.records.batch import NO_PRODUCER_ID, BatchHeader, iter_batches, validate_produced
+from mq.records.encryption import Keyring, open_all, seal_all
 from mq.records.records import decode_records, validate_produced_records
 from mq.storage import cleaner, compaction, producers, retention
 from mq.storage.chain import SegmentChain
@@ -78,8 +84,15 @@ class Log:
         clock: Callable[[], int],
         segments: list[Segment],
         log_start_offset: int,
+        keyring: Keyring | None = None,
     ) -> None:
         self.directory = directory
+        self.keyring = keyring
+        """Encryption at rest: appends are sealed with its newest key, reads opened
+        (:meth:`read_plain`). None: appends stay plain (encrypted batches already
+        stored still need their key to be read)."""
+        self.name = directory.name.encode()
+        """The partition's name, bound to every batch it encrypts."""
         self.config = config
         self.io = io
         """The file API every file of this log goes through (read it, do not replace it)."""
@@ -111,6 +124,7 @@ class Log:
         *,
         io: FileIO = DEFAULT_IO,
         clock: Callable[[], int] = wall_clock_ms,
+        keyring: Keyring | None = None,
     ) -> Log:
         """Open (creating or recovering) the log in ``directory``.
 
@@ -134,7 +148,7 @@ class Log:
                 ]
             else:
                 segments[-1].make_active(config.segment_bytes)
-            opened = cls(directory, config, io, clock, segments, start)
+            opened = cls(directory, config, io, clock, segments, start, keyring)
             opened.chain.cleaner = cleaner.read_state(directory)
             opened.epochs = opened._load_epochs()
             write_checkpoint(directory, io, opened.chain.checkpointed)
@@ -206,6 +220,8 @@ class Log:
                 )
         first = self.next_offset
         count = sum(h.last_offset_delta + 1 for h in headers)
+        if self.keyring is not None:  # checked in clear, stored sealed
+            data, headers = seal_all(self.keyring, self.name, data, headers, first)
         self._write(data, headers, first, first + count - 1, (first, leader_epoch))
         if leader_epoch > self.epochs.latest_epoch:
             self._assign_epoch(leader_epoch, first)
@@ -427,6 +443,30 @@ class Log:
             raise self.fail("read", exc) from exc
         return None
 
+    def read_plain(
+        self, offset: int, max_bytes: int, upper_bound: int | None = None
+    ) -> Slice | None:
+        """:meth:`read`, with every encrypted batch opened into its plain form (what
+        consumers and the broker's loaders read; followers copy :meth:`read`'s bytes).
+
+        Raises :class:`~mq.errors.EncryptionKeyNotFoundError` naming the key id of a
+        batch whose key the keyring does not hold, and
+        :class:`~mq.errors.DecryptionFailedError` for one that does not authenticate.
+        """
+        found = self.read(offset, max_bytes, upper_bound)
+        if found is None or not found.encrypted:
+            return found
+        return self.reveal(found)
+
+    def reveal(self, found: Slice) -> Slice:
+        """``found`` with its encrypted batches opened (one AEAD call and one CRC each); cut
+        short before a batch that cannot be opened, unless it is the first (then it raises)."""
+        if not found.encrypted:
+            return found
+        plain, stop = open_all(self.keyring, self.name, found.data)
+        next_offset = found.next_offset if stop is None else stop
+        return Slice(memoryview(plain).toreadonly(), found.first_offset, next_offset)
+
     def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
         """Headers of every batch from the one holding ``offset`` to the log end."""
         while (found := self.read(offset, 1 << 20)) is not None:
@@ -444,6 +484,7 @@ class Log:
                 # the batch's newest record may sit below the log start: then look on
                 found = segment.read(header.base_offset, 1, header.next_offset)
                 if found is not None:
+                    found = self.reveal(found)
                     for record in decode_records(found.data):
                         if record.timestamp >= timestamp and record.offset >= start:
                             return record.offset, record.timestamp

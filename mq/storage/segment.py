@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 from mq.errors import CorruptRecordError
 from mq.records.batch import (
+    ENCRYPTED_BIT,
     HEADER_SIZE,
     NO_TIMESTAMP,
     BatchHeader,
@@ -73,6 +74,9 @@ class Slice(NamedTuple):
     """Base offset of the first batch in ``data``."""
     next_offset: int
     """Offset after the last batch in ``data``."""
+    encrypted: bool = False
+    """Whether a batch in ``data`` is encrypted at rest (see :meth:`Log.read_plain
+    <mq.storage.log.Log.read_plain>`)."""
 
 
 class Segment:
@@ -499,10 +503,12 @@ class Segment:
         start = pos
         first = header.base_offset
         next_offset = offset
+        attributes = 0
         while header.next_offset <= upper_bound and (
             pos == start or pos + header.size - start <= max_bytes
         ):
             next_offset = header.next_offset
+            attributes |= header.attributes
             pos += header.size
             if pos >= size:
                 break
@@ -512,7 +518,8 @@ class Segment:
                 break  # serve what came before; the next read at this offset fails
         if pos == start:
             return None
-        return Slice(memoryview(buf)[start:pos].toreadonly(), first, next_offset)
+        encrypted = bool(attributes & ENCRYPTED_BIT)
+        return Slice(memoryview(buf)[start:pos].toreadonly(), first, next_offset, encrypted)
 
     def _check_at(self, buf: memoryview, pos: int) -> BatchHeader:
         """:func:`check_batch` (length, magic, CRC), and offsets inside this segment's range.

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 from mq.records.batch import (
+    ENCRYPTED_BIT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC,
@@ -74,9 +75,13 @@ class BatchInfo:
     producer_epoch: int
     base_sequence: int
     crc_ok: bool
+    key_id: int | None = None
+    """The encryption key id when the batch is encrypted at rest, else None."""
 
     @classmethod
-    def from_header(cls, position: int, header: BatchHeader, crc_ok: bool) -> BatchInfo:
+    def from_header(
+        cls, position: int, header: BatchHeader, crc_ok: bool, key_id: int | None = None
+    ) -> BatchInfo:
         return cls(
             position=position,
             size=header.size,
@@ -93,11 +98,14 @@ class BatchInfo:
             producer_epoch=header.producer_epoch,
             base_sequence=header.base_sequence,
             crc_ok=crc_ok,
+            key_id=key_id,
         )
 
     @property
     def codec_name(self) -> str:
-        return CODEC_NAMES.get(self.codec, f"unknown({self.codec})")
+        """The codec, and ``+key<id>`` for a batch encrypted at rest."""
+        name = CODEC_NAMES.get(self.codec, f"unknown({self.codec})")
+        return name if self.key_id is None else f"{name}+key{self.key_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +239,12 @@ def _sound_header(buf: Buffer, pos: int) -> BatchHeader | str:
     return header
 
 
+def _key_id(buf: Buffer, pos: int, header: BatchHeader) -> int | None:
+    if not header.attributes & ENCRYPTED_BIT or header.size < HEADER_SIZE + 4:
+        return None
+    return int.from_bytes(buf[pos + HEADER_SIZE : pos + HEADER_SIZE + 4], "big")
+
+
 def dump_buffer(buf: Buffer, regions: Regions = _everything) -> Iterator[DumpEntry]:
     """The entries of :func:`dump_segment` for the bytes of a segment file (``regions``:
     where the file holds data; by default all of it is read)."""
@@ -245,7 +259,8 @@ def dump_buffer(buf: Buffer, regions: Regions = _everything) -> Iterator[DumpEnt
             yield Damage(pos, header, _base_offset_at(buf, pos))
             return
         crc_ok = compute_crc(memoryview(buf)[pos : pos + header.size]) == header.crc
-        yield BatchInfo.from_header(pos, header, crc_ok)
+        key_id = _key_id(buf, pos, header)
+        yield BatchInfo.from_header(pos, header, crc_ok, key_id)
         pos += header.size
 
 

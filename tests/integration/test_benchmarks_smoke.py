@@ -110,3 +110,11 @@ def test_isolation_runs_a_pattern_between_two_solo_phases() -> None:
         assert phase["rss_peak_mb"] > 0
         assert phase["fds_peak"] > 0
     assert result["solo_p99_ms"] > 0
+
+
+def test_encryption_at_rest_runs_both_variants_and_verifies() -> None:
+    results = run_benchmark("benchmarks.encryption", "--messages", "2000", "--runs", "2")
+
+    assert [r["workload"] for r in results] == ["W1 produce", "W1 produce send_many", "W3 consume"]
+    assert all(r["verified"] for r in results)
+    assert all(r["ratio"] > 0 and r["runs"] == 2 for r in results)
