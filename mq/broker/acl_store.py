@@ -167,6 +167,9 @@ class AclCache:
             except MQError as exc:
                 log.warning("the ACL watch: %s", exc)
                 await asyncio.sleep(RETRY_S)
+            except Exception:  # a bug must not freeze the ACLs for good: log, reload
+                log.exception("the ACL watch failed")
+                await asyncio.sleep(RETRY_S)
             try:
                 await self.load(store)
             except MQError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
+from typing import Any
 
 import msgpack
 
@@ -104,4 +105,32 @@ async def test_a_reload_drops_what_went_meanwhile(tmp_path: Path) -> None:
         await cache.load(store)  # what follow does after a compacted watch
         assert set(cache.index) == {B}
     finally:
+        await store.close()
+
+
+async def test_the_watch_survives_a_failure_and_reloads(tmp_path: Path) -> None:
+    """A watch that breaks (the store out of reach, or a bug) is reloaded: changes made
+    meanwhile still arrive."""
+    store = LocalStore(tmp_path / "metadata.json")
+    await store.start()
+    cache = AclCache()
+    await cache.load(store)
+    failures = iter([RuntimeError("a bug"), None])
+    original = store.watch
+
+    def flaky(prefix: str, after: int) -> Any:
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        return original(prefix, after)
+
+    store.watch = flaky  # type: ignore[method-assign]
+    follow = asyncio.get_running_loop().create_task(cache.follow(store))
+    try:
+        await put_bindings(store, [A])
+        assert await cache.wait_until(lambda: A in cache.index, WAIT_S)
+    finally:
+        follow.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follow
         await store.close()
