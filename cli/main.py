@@ -23,6 +23,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 COMMANDS: dict[str, tuple[str, str]] = {
     "ack": ("queue", "Ack messages: done, deleted."),
     "audit": ("audit", "Show the broker's audit log of admin operations, oldest first."),
+    "acl": ("acl", "Manage ACLs: who may do what on which topic, group, queue or..."),
     "chaos": ("chaos", "Fault injection: run workloads against a local cluster under..."),
     "cluster": ("cluster", "Run a local cluster; inspect a cluster."),
     "consume": ("consume", "Print messages of TOPIC until --max-messages, --timeout or..."),

@@ -82,6 +82,18 @@ from mq.logs import use_json_logs
     default=None,
     help="Allow a non-loopback listener without TLS and authentication.",
 )
+@click.option(
+    "--authorizer",
+    type=click.Choice(["auto", "acl", "none"]),
+    help="acl: check every request against the ACLs; none: allow all [auto].",
+)
+@click.option(
+    "--super-user",
+    "super_users",
+    multiple=True,
+    metavar="NAME",
+    help="A user the ACLs do not apply to (repeatable; adds to the config's super_users).",
+)
 def serve(
     data_dir: Path | None,
     host: str | None,
@@ -97,6 +109,8 @@ def serve(
     tls_key: str | None,
     tls_client_ca: str | None,
     insecure: bool | None,
+    authorizer: str | None,
+    super_users: tuple[str, ...],
 ) -> None:
     """Run a broker (a single node with the embedded defaults unless told otherwise)."""
     flags = {
@@ -113,6 +127,7 @@ def serve(
         "tls_key": tls_key,
         "tls_client_ca": tls_client_ca,
         "insecure": True if insecure else None,
+        "authorizer": authorizer,
     }
     try:
         if config_file is not None:
@@ -121,6 +136,8 @@ def serve(
             config = BrokerConfig().with_overrides(**flags)
         if config.log_format == "json":
             use_json_logs(config.node_id)
+        if super_users:  # issue 19: the flag adds to the file's list
+            config = config.with_overrides(super_users=(*config.super_users, *super_users))
         if config.malloc_trim_bytes:
             keep_freed_memory(config.malloc_trim_bytes)
         uvloop.run(_run(config))

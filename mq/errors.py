@@ -509,6 +509,15 @@ class SaslAuthenticationFailedError(MQError):
     default_message = "authentication failed"
 
 
+# -- authorization (issue 19, ACLs) ----------------------------------------------------
+
+
+class SecurityDisabledError(MQError):
+    code = 54
+    name = "SECURITY_DISABLED"
+    default_message = 'authorization is off on this broker (authorizer = "none")'
+
+
 # -- encryption at rest (mq's own codes, 160-169) ----------------------------------------
 
 

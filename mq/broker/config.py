@@ -17,8 +17,9 @@ from mq.broker import listeners as listener_specs
 from mq.config_values import parse_int
 from mq.errors import InvalidConfigError
 from mq.storage.config import MAX_DURATION_MS, MAX_LOG_BYTES, LogConfig
+from mq.wire.apis_acls import MAX_ACL_BINDINGS
 from mq.wire.apis_replication import MAX_SECRET_BYTES, MIN_SECRET_BYTES
-from mq.wire.limits import I32_MAX, I64_MAX, I64_MIN, MAX_BROKERS, MAX_PARTITIONS
+from mq.wire.limits import I32_MAX, I64_MAX, I64_MIN, MAX_BROKERS, MAX_NAME_LEN, MAX_PARTITIONS
 
 DEFAULT_PORT = 9292
 """mq's fixed default port (Kafka's 9092 with a 2 for the second of its kind)."""
@@ -224,6 +225,19 @@ class BrokerConfig:
     the broker-only APIs (:mod:`mq.replication.hello`): the same on every broker, at
     least 16 bytes. None (the default): a random one, made by the cluster's first
     broker and kept in the metadata store. Never logged."""
+    # -- authorization (issue 19, ACLs: mq.broker.authorizer) --------------------------
+    authorizer: str = "auto"
+    """"acl": every request is checked against the ACLs (anything not allowed is
+    denied, to ``User:ANONYMOUS`` too); "none": everything is allowed; "auto" (the
+    default): "acl" as soon as a listener authenticates, else "none", so that the
+    zero-config ``mq serve`` allows everything."""
+    super_users: tuple[str, ...] = ()
+    """Principals the ACLs do not apply to (``User:admin``; a bare name means
+    ``User:name``): Kafka's ``super.users``."""
+    max_acls: int = 100_000
+    """ACL bindings the cluster may hold: every broker keeps them all in memory
+    (~1 KB each with the index), so 100,000 cost ~100 MB; create_acls past it fails.
+    At most 100,000 (``MAX_ACL_BINDINGS``): describe_acls answers them all at once."""
     # encryption at rest (issue 19: mq.records.encryption, mq.storage.keyfile)
     encryption_key_file: Path | None = None
     """A key file (``mq storage keygen FILE`` makes one): record batches are encrypted
@@ -290,6 +304,7 @@ class BrokerConfig:
 
     def __post_init__(self) -> None:
         _check_values(self)  # types and ranges first (issue 18, F10): clear errors, no traceback
+        check_authorization(self)
         if not 0 <= self.port <= 65_535:
             raise InvalidConfigError(f"port must be 0..65535, got {self.port}")
         if self.max_inflight_requests < 1 or self.default_partitions < 1:
@@ -457,10 +472,32 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "producer_id_expiration_ms": (1, MAX_DURATION_MS),
     "producer_id_expiration_check_ms": (1, MAX_DURATION_MS),
     "max_producer_ids_per_partition": (1, I32_MAX),
+    "max_acls": (1, MAX_ACL_BINDINGS),
 }
 """The range of every integer broker setting (inclusive); an integer setting not
 listed is still checked to be an integer. Times use the topic configs' ceiling
 (:data:`~mq.storage.config.MAX_DURATION_MS`), frame and fetch sizes int32 (Kafka's)."""
+
+
+AUTHORIZERS = ("auto", "acl", "none")
+
+
+def check_authorization(config: BrokerConfig) -> None:
+    """INVALID_CONFIG for an unknown authorizer or a super user that is not a name;
+    super users are kept as principals (``alice`` -> ``User:alice``), as a tuple."""
+    if config.authorizer not in AUTHORIZERS:
+        raise InvalidConfigError(
+            f"authorizer must be one of {AUTHORIZERS}, got {config.authorizer!r}"
+        )
+    users: object = config.super_users
+    if isinstance(users, str) or not isinstance(users, (list, tuple)):
+        raise InvalidConfigError(f"super_users must be a list of names, got {users!r}")
+    principals = []
+    for user in users:
+        if not isinstance(user, str) or not user.strip(":") or len(user) > MAX_NAME_LEN:
+            raise InvalidConfigError(f"super_users: {user!r} is not a user name")
+        principals.append(user if ":" in user else f"User:{user}")
+    object.__setattr__(config, "super_users", tuple(principals))
 
 
 def _check_values(config: BrokerConfig) -> None:

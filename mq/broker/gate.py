@@ -16,10 +16,10 @@ authorizer first). Today the gate knows two kinds of connection:
   every committed offset; a ``__share_state`` made in advance by a client
   kept whatever settings it chose).
 
-Admin APIs (topics, configs, reassignment, leader election) stay client APIs,
-as in Kafka until ACLs exist. Issue 19 (TLS, SASL, ACLs, quotas) grows this
-module into the request pipeline: authentication sets the principal, and the
-authorizer is asked here.
+Then the ACLs: :meth:`mq.broker.authorizer.Authorizer.admit` (called by
+``Server.admit`` right after :func:`admit`) asks what the API needs of the
+principal (:mod:`mq.broker.authorizer_rules`) when authorization is on, and
+lets everything through when it is off (the zero-config default).
 
 Thread safety: one event loop.
 """

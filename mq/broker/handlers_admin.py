@@ -84,7 +84,14 @@ async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -
                     raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
                 info = await broker.ensure_topic(name)
         except MQError as exc:
-            topics.append({"name": name, "error": exc.code, "internal": False, "partitions": []})
+            failed: MetadataTopic = {
+                "name": name,
+                "error": exc.code,
+                "message": exc.message,
+                "internal": False,
+                "partitions": [],
+            }
+            topics.append(failed)
             continue
         partitions: list[MetadataPartition] = []
         for index in range(info.partitions):
@@ -104,7 +111,13 @@ async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -
                 }
             )
         topics.append(
-            {"name": name, "error": 0, "internal": info.internal, "partitions": partitions}
+            {
+                "name": name,
+                "error": 0,
+                "message": None,
+                "internal": info.internal,
+                "partitions": partitions,
+            }
         )
     brokers = dict(view.brokers)
     host, port = broker.advertised

@@ -30,12 +30,14 @@ from mq.broker import (
 )
 from mq.broker import listeners as listener_specs
 from mq.broker.admission import ConnectionCounts, MemoryBudget, RateLimitedLog
+from mq.broker.authorizer import Authorizer
 from mq.broker.broker import Broker
 from mq.broker.config import BrokerConfig
 from mq.broker.connection import Connection, Handler
 from mq.broker.context import RequestContext
 from mq.broker.coordinator import GroupCoordinator
 from mq.broker.dispatch import Dispatcher
+from mq.broker.handlers_acls import acl_handlers
 from mq.broker.offsets import OffsetStore
 from mq.broker.principals import parse_rules
 from mq.broker.queues import ShareManager
@@ -148,8 +150,9 @@ class Server:
     def __init__(self, broker: Broker) -> None:
         config = broker.config
         self.broker = broker
-        self.handlers: dict[int, Handler] = HANDLERS
-        broker.served_apis = frozenset(HANDLERS)
+        self.authorizer = Authorizer(config)
+        self.handlers: dict[int, Handler] = {**HANDLERS, **acl_handlers(self.authorizer)}
+        broker.served_apis = frozenset(self.handlers)
         self.connections: set[Connection] = set()
         self.budget = MemoryBudget(config.queued_max_bytes)
         self.counts = ConnectionCounts(config.max_connections, config.max_connections_per_ip)
@@ -178,7 +181,7 @@ class Server:
         if ctx.listener.startswith("SASL_"):
             sasl.admit(ctx, request)  # identity: only api_versions and authenticate before
         gate.admit(ctx, request)  # authorization: before any handler runs
-        return handler
+        return self.authorizer.admit(ctx, request, handler)  # the ACLs (issue 19)
 
     async def start(self) -> tuple[str, int]:
         """Start the broker and listen; returns the address actually bound (port 0 → free port).
@@ -196,6 +199,7 @@ class Server:
         await self.broker.start()
         await self.broker.client_quotas.start()
         await self.broker.scram_credentials.start()
+        await self.authorizer.start(self.broker.store)
         loop = asyncio.get_running_loop()
         specs = listener_specs.listeners_of(config)
         tls = listener_specs.server_context(config) if any(s.tls for s in specs) else None
@@ -242,6 +246,7 @@ class Server:
         for server in self._servers:
             await server.wait_closed()
         await self.broker.scram_credentials.stop()
+        await self.authorizer.stop()
         if self.broker.queues is not None:
             await self.broker.queues.stop()
         if self.broker.coordinator is not None:

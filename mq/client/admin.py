@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, Unpack
 
-from mq.client import users
+from mq.acl.model import MATCH_ALL, AclBinding, AclFilter
+from mq.client import acls, users
 from mq.client.admin_quotas import QuotaAdmin
 from mq.client.client import Client
 from mq.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, by_topic, list_offsets
@@ -475,6 +476,20 @@ class Admin(QuotaAdmin):
     async def topic_partitions(self, topic: str) -> list[TopicPartition]:
         await self._client.wait_for_topics([topic], self._timeout_ms / 1000)
         return [TopicPartition(topic, p) for p in self._client.metadata.partitions_for(topic) or ()]
+
+    # -- ACLs (mq.client.acls) ------------------------------------------------------------------
+
+    async def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Add ACL bindings (needs ALTER on the cluster)."""
+        await acls.create_acls(self._client, bindings)
+
+    async def describe_acls(self, acl_filter: AclFilter = MATCH_ALL) -> list[AclBinding]:
+        """The ACL bindings a filter selects (needs DESCRIBE on the cluster)."""
+        return await acls.describe_acls(self._client, acl_filter)
+
+    async def delete_acls(self, filters: Iterable[AclFilter]) -> list[AclBinding]:
+        """Remove the ACL bindings the filters select; returns them (ALTER on the cluster)."""
+        return await acls.delete_acls(self._client, filters)
 
     # -- groups --------------------------------------------------------------------------------
 

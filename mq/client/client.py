@@ -356,7 +356,8 @@ class Client:
             for name in sorted(missing):
                 code = self.metadata.topic_errors.get(name, 0)
                 if code and not error_for_code(code).retriable:
-                    raise error_for_code(code)(f"topic {name!r}: the broker refuses it")
+                    why = self.metadata.topic_messages.get(name, "the broker refuses it")
+                    raise error_for_code(code)(f"topic {name!r}: {why}")
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 unknown = [t for t in missing if t in self.metadata.topic_errors]

@@ -106,6 +106,9 @@ class ClusterMetadata:
         self._topics: dict[str, dict[int, PartitionInfo]] = {}
         self.topic_errors: dict[str, int] = {}
         """Topics the last response named with an error (code), e.g. unknown ones."""
+        self.topic_messages: dict[str, str] = {}
+        """The broker's message for a topic of :attr:`topic_errors`, when it gave one
+        (an authorization refusal names the principal, the operation and the topic)."""
         self.internal_topics: set[str] = set()
         self.version = 0
         """Bumped by every update: a cheap way to notice that something changed."""
@@ -189,13 +192,18 @@ class ClusterMetadata:
         if complete:
             self._topics.clear()
             self.topic_errors.clear()
+            self.topic_messages.clear()
             self.internal_topics.clear()
         for topic in response["topics"]:
             name = topic["name"]
             if topic["error"]:
                 self.topic_errors[name] = topic["error"]
+                message = topic.get("message")
+                if message:
+                    self.topic_messages[name] = message
                 self._topics.pop(name, None)
                 continue
+            self.topic_messages.pop(name, None)
             self.topic_errors.pop(name, None)
             if topic.get("internal"):
                 self.internal_topics.add(name)

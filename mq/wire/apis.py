@@ -24,6 +24,9 @@ key   name                           purpose
 20    delete_topics                  delete topics
 21    delete_records                 advance partitions' log start offsets
 22    init_producer_id               producer id and epoch of an idempotent producer
+29    describe_acls                  the ACL bindings a filter selects
+30    create_acls                    add ACL bindings
+31    delete_acls                    remove the ACL bindings filters select
 32    describe_configs               a topic's configs
 33    alter_configs                  change or reset some of a topic's configs (incremental)
 36    authenticate                   a SASL step (SCRAM); sent right after api_versions
@@ -49,6 +52,7 @@ Keys held for APIs to come (:data:`RESERVED_KEYS`); each arrives as one
 from __future__ import annotations
 
 from mq.wire import (
+    apis_acls,
     apis_cluster,
     apis_core,
     apis_data,
@@ -61,13 +65,10 @@ from mq.wire import (
 from mq.wire.registry import all_apis
 
 RESERVED_KEYS: dict[int, str] = {
-    29: "describe_acls",
-    30: "create_acls",
-    31: "delete_acls",
     42: "delete_groups",
 }
-"""Keys set aside for later APIs, by the name each will be declared with: ACLs
-and SCRAM users (Kafka's keys), and group deletion."""
+"""Keys set aside for later APIs, by the name each will be declared with: group
+deletion (Kafka's key)."""
 
 AREAS = (
     apis_core,
@@ -78,6 +79,7 @@ AREAS = (
     apis_queues,
     apis_quotas,
     apis_security,
+    apis_acls,
 )
 """The modules whose ``define_api`` calls make up the protocol."""
 

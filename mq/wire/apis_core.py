@@ -123,6 +123,8 @@ class MetadataPartition(TypedDict):
 class MetadataTopic(TypedDict):
     name: TopicName
     error: ErrorCode
+    message: ErrorMessage
+    """Why ``error`` (an authorization refusal names principal, operation and topic)."""
     internal: Annotated[bool, Default(False)]
     partitions: Annotated[list[MetadataPartition], Len(0, limits.MAX_PARTITIONS)]
 

@@ -396,6 +396,9 @@ def test_the_apis_the_broker_needs_are_defined() -> None:
         "alter_client_quotas": 49,
         "describe_user_scram_credentials": 50,
         "alter_user_scram_credentials": 51,
+        "describe_acls": 29,
+        "create_acls": 30,
+        "delete_acls": 31,
     }
     assert {a.name: a.key for a in all_apis()} == wanted
     for name, key in wanted.items():
