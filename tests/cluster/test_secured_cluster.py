@@ -83,6 +83,7 @@ def secured(
             "inter_broker_sasl_mechanism": "SCRAM-SHA-512",
             "inter_broker_sasl_username": "broker",
             "inter_broker_sasl_password": "broker-secret",
+            "super_users": ["alice"],  # the ACLs are on (the listener authenticates)
         }
         client = {
             "security_protocol": "SASL_SSL",
@@ -93,7 +94,12 @@ def secured(
         }
     else:
         scheme = "ssl"
-        settings |= {"inter_broker_listener": "SSL", "tls_client_ca": str(pki.ca)}
+        settings |= {
+            "inter_broker_listener": "SSL",
+            "tls_client_ca": str(pki.ca),
+            # the ACLs are on: the brokers' certificate (CN=broker) and alice may do anything
+            "super_users": ["alice", "broker"],
+        }
         alice = pki.clients["alice"]
         client = {
             "security_protocol": "SSL",

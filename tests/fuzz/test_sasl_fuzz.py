@@ -40,6 +40,7 @@ def sasl_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPro
     settings: dict[str, Any] = {
         "listeners": ["plaintext://127.0.0.1:0", "sasl_plaintext://127.0.0.1:0"],
         "sasl_failed_authentication_delay_ms": 0,
+        "authorizer": "none",  # the exchange is under test, not the ACLs
     }
     process = BrokerProcess(tmp_path_factory.mktemp("fuzz") / "data", settings=settings)
     process.start()

@@ -42,7 +42,16 @@ from mq.broker.context import RequestContext
 from mq.broker.server import Server
 from mq.errors import MQError
 from mq.records.records import build_batch
-from mq.wire import apis_acls, apis_cluster, apis_core, apis_data, apis_groups, apis_queues
+from mq.wire import (
+    apis_acls,
+    apis_cluster,
+    apis_core,
+    apis_data,
+    apis_groups,
+    apis_queues,
+    apis_quotas,
+    apis_security,
+)
 from mq.wire import apis_replication as apis_repl
 from mq.wire.messages import Request
 from mq.wire.registry import Api
@@ -299,6 +308,26 @@ SPECS: list[Spec] = [
         apis_acls.DELETE_ACLS,
         [(Operation.ALTER, CLUSTER, CLUSTER_NAME)],
         lambda s: {"filters": [{"principal": "User:nobody"}]},
+    ),
+    Spec(
+        apis_security.DESCRIBE_USER_SCRAM_CREDENTIALS,
+        [(Operation.DESCRIBE, CLUSTER, CLUSTER_NAME)],
+        lambda s: {},
+    ),
+    Spec(
+        apis_security.ALTER_USER_SCRAM_CREDENTIALS,
+        [(Operation.ALTER, CLUSTER, CLUSTER_NAME)],
+        lambda s: {"deletions": [{"user": "nobody"}]},
+    ),
+    Spec(
+        apis_quotas.DESCRIBE_CLIENT_QUOTAS,
+        [(Operation.DESCRIBE_CONFIGS, CLUSTER, CLUSTER_NAME)],
+        lambda s: {"components": []},
+    ),
+    Spec(
+        apis_quotas.ALTER_CLIENT_QUOTAS,
+        [(Operation.ALTER_CONFIGS, CLUSTER, CLUSTER_NAME)],
+        lambda s: {"entries": [], "validate_only": True},
     ),
     Spec(
         apis_repl.BROKER_HELLO,

@@ -45,7 +45,10 @@ def test_users_offline_then_online_with_a_command_config(tmp_path: Path) -> None
     listed = mq("user", "list", "--data-dir", str(data))
     assert re.search(r"admin\s+SCRAM-SHA-256\s+8192", listed.stdout), listed.stdout + listed.stderr
 
-    settings = {"listeners": ["plaintext://127.0.0.1:0", "sasl_plaintext://127.0.0.1:0"]}
+    settings = {
+        "listeners": ["plaintext://127.0.0.1:0", "sasl_plaintext://127.0.0.1:0"],
+        "super_users": ["admin"],  # a SASL listener turns the ACLs on: admin may do anything
+    }
     broker = BrokerProcess(data, settings=settings)
     broker.start()
     try:
@@ -79,8 +82,11 @@ def test_users_offline_then_online_with_a_command_config(tmp_path: Path) -> None
             env=env,
         )
         assert added.returncode == 0, added.stderr
-        listed = mq("user", "list", "-b", plain)
+        listed = mq("user", "list", "-b", sasl, "--command-config", str(config), env=env)
         assert re.search(r"bob\s+SCRAM-SHA-512", listed.stdout), listed.stderr
+        # the ACLs are on: anonymous on the plaintext listener may not list users
+        refused = mq("user", "list", "-b", plain)
+        assert "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr, refused.stderr
         # a wrong password: one clear line, no traceback
         wrong = mq(
             "topic",
@@ -101,9 +107,10 @@ def test_users_offline_then_online_with_a_command_config(tmp_path: Path) -> None
         refused = mq("user", "add", "x", "--password-stdin", "--data-dir", str(data), stdin="pw\n")
         assert refused.returncode != 0
         assert "running" in refused.stderr
-        deleted = mq("user", "delete", "bob", "-b", plain)
+        admin = ("-b", sasl, "--command-config", str(config))
+        deleted = mq("user", "delete", "bob", *admin, env=env)
         assert deleted.returncode == 0, deleted.stderr
-        assert "bob" not in mq("user", "list", "-b", plain).stdout
+        assert "bob" not in mq("user", "list", *admin, env=env).stdout
     finally:
         broker.stop()
 

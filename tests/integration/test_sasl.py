@@ -51,6 +51,8 @@ async def sasl_broker(tmp_path: Path, pki: Pki) -> AsyncIterator[Running]:
         "tls_cert": str(pki.server.cert),
         "tls_key": str(pki.server.key),
         "sasl_failed_authentication_delay_ms": DELAY_MS,
+        # authentication only: what each user may do is test_authorization_matrix's
+        "authorizer": "none",
     }
     async with running_broker(tmp_path / "data", **settings) as running:
         async with mq.Admin(running.server_address("PLAINTEXT")) as admin:
@@ -210,6 +212,7 @@ async def test_an_unauthenticated_connection_is_closed_after_the_timeout(tmp_pat
     settings = {
         "listeners": ("sasl_plaintext://127.0.0.1:0",),
         "sasl_authenticate_timeout_ms": 500,
+        "authorizer": "none",
     }
     async with running_broker(tmp_path / "data", **settings) as running:
         conn = await _open(running, "SASL_PLAINTEXT")

@@ -46,6 +46,8 @@ def _tls_settings(pki: Pki, *, cert: Any = None, client_ca: bool = False) -> dic
         "tls_cert": str(pair.cert),
         "tls_key": str(pair.key),
         "tls_client_ca": str(pki.ca) if client_ca else None,
+        # authentication only: what each principal may do is test_authorization_matrix's
+        "authorizer": "none",
     }
 
 
