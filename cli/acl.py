@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from .common import bootstrap_option, echo_table, run
+from .common import bootstrap_option, echo_table, run, security
 
 OPERATIONS = [
     "read",
@@ -155,7 +155,7 @@ def add(
     async def online() -> None:
         import mq
 
-        async with mq.Admin(bootstrap=bootstrap) as admin:
+        async with mq.Admin(bootstrap=bootstrap, **security()) as admin:
             await admin.create_acls(bindings)
 
     async def offline() -> None:
@@ -219,7 +219,7 @@ def list_(
     async def online() -> list[Any]:
         import mq
 
-        async with mq.Admin(bootstrap=bootstrap) as admin:
+        async with mq.Admin(bootstrap=bootstrap, **security()) as admin:
             return await admin.describe_acls(acl_filter)
 
     async def offline() -> list[Any]:
@@ -277,7 +277,7 @@ def remove(
     async def online() -> list[Any]:
         import mq
 
-        async with mq.Admin(bootstrap=bootstrap) as admin:
+        async with mq.Admin(bootstrap=bootstrap, **security()) as admin:
             return await admin.delete_acls([acl_filter])
 
     async def offline() -> list[Any]:

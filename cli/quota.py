@@ -9,7 +9,7 @@ import click
 
 import mq
 
-from .common import bootstrap_option, echo_table, run
+from .common import bootstrap_option, echo_table, run, security
 
 OPTION_KEYS = {
     "produce_bytes_per_sec": "producer_byte_rate",
@@ -94,7 +94,7 @@ def set_(
         raise click.UsageError("give at least one quota to set")
 
     async def main() -> None:
-        async with mq.Admin(bootstrap=bootstrap) as admin:
+        async with mq.Admin(bootstrap=bootstrap, **security()) as admin:
             await admin.alter_client_quotas(entity, chosen)
 
     run(main)
@@ -120,7 +120,7 @@ def remove(
     keys = [OPTION_KEYS[k] for k, on in which.items() if on] or list(OPTION_KEYS.values())
 
     async def main() -> None:
-        async with mq.Admin(bootstrap=bootstrap) as admin:
+        async with mq.Admin(bootstrap=bootstrap, **security()) as admin:
             await admin.alter_client_quotas(entity, remove=keys)
 
     run(main)
@@ -142,7 +142,7 @@ def describe(
     entity = entity_of(user, default_user, client_id, default_client_id) if given else None
 
     async def main() -> list[mq.ClientQuota]:
-        async with mq.Admin(bootstrap=bootstrap) as admin:
+        async with mq.Admin(bootstrap=bootstrap, **security()) as admin:
             return await admin.describe_client_quotas(entity)
 
     rows = [
