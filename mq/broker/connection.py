@@ -49,6 +49,7 @@ import select
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from mq.broker import pacing
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext
 from mq.errors import MQError, ProtocolError
@@ -57,6 +58,7 @@ from mq.wire.frames import NEED_DATA, Buffer, FrameDecoder
 from mq.wire.messages import (
     Request,
     decode_request,
+    encode_big_response_parts,
     encode_error_response,
     encode_response_parts,
     unpack_request,
@@ -88,6 +90,11 @@ _PEER_GONE = select.POLLRDHUP | select.POLLHUP | select.POLLERR
 _connection_ids = itertools.count(1)
 
 
+def _entries(body: Any) -> int:
+    """Partition entries of a produce request."""
+    return sum(len(topic["partitions"]) for topic in body["topics"])
+
+
 def peer_closed(transport: asyncio.BaseTransport) -> bool:
     """Whether the client has closed its side, seen without reading the socket (a
     connection the broker does not read never gets its end of stream delivered)."""
@@ -117,7 +124,11 @@ class Connection(asyncio.Protocol):
         """The client's address once admitted (counted in the server's connection counts)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._held_for: set[str] = set()
-        """Why complete frames are not dispatched now ("inflight", "writing", "turn")."""
+        """Why complete frames are not dispatched now ("inflight", "writing", "turn",
+        "decoding": a big frame in the codec thread, "ordered": a big produce queueing
+        its appends; see :mod:`mq.broker.pacing`)."""
+        self._ordered: asyncio.Task[None] | None = None
+        """The produce whose appends are still being queued (dispatch held for it)."""
         self._reading_paused_for: set[str] = set()
         """Why the socket is not read now ("pending", "budget", "closing")."""
         self._in_reserved = 0
@@ -216,25 +227,71 @@ class Connection(asyncio.Protocol):
         self._account_input()
 
     def _dispatch(self, payload: bytes) -> None:
+        if len(payload) >= pacing.OFFLOAD_BYTES:  # decoded in the codec thread, in order:
+            self._held_for.add("decoding")  # this connection starts nothing meanwhile
+            decoded = self._loop.run_in_executor(pacing.CODEC, pacing.decode_payload, payload)
+            decoded.add_done_callback(self._decoded)
+            return
         envelope = unpack_request(payload)  # ProtocolError: no trustworthy correlation id
         try:
             request = decode_request(envelope)
-            handler = self._server.admit(request, self.ctx)
         except MQError as exc:
             self._write(encode_error_response(envelope.correlation_id, exc))
             return
+        self._start(request, big=False)
+
+    def _decoded(self, decoded: asyncio.Future[Request[Any]]) -> None:
+        if self._lost or self._closing or decoded.cancelled():
+            return  # closed meanwhile (a later frame was malformed): not executed
+        failure = decoded.exception()
+        if isinstance(failure, ProtocolError):
+            self._fail(failure)
+            return
+        if isinstance(failure, pacing.Undecodable):
+            self._write(encode_error_response(failure.correlation_id, failure.error))
+        elif failure is not None:  # a bug: this connection cannot go on in order
+            log.error("decoding a request from %s failed: %r", self.ctx.peer, failure)
+            self._close("a request could not be decoded", abort=True)
+            return
+        else:
+            self._start(decoded.result(), big=True)
+        self._release_hold("decoding")
+
+    def _start(self, request: Request[Any], *, big: bool) -> None:
+        try:
+            handler = self._server.admit(request, self.ctx)
+        except MQError as exc:
+            self._write(encode_error_response(request.correlation_id, exc))
+            return
         self.ctx.client_id = request.client_id
-        task = self._loop.create_task(self._serve(handler, request))
+        if request.api is apis_data.PRODUCE and _entries(request.body) > pacing.ENTRIES_PER_TURN:
+            # its handler gives the loop turns while it queues its appends: nothing of
+            # this connection starts before they are all queued (they keep their order)
+            self._held_for.add("ordered")
+            token = pacing.ordered_task_context(self._appends_queued)
+            try:
+                task = self._loop.create_task(self._serve(handler, request, big))
+            finally:
+                pacing.reset_context(token)
+            self._ordered = task
+        else:
+            task = self._loop.create_task(self._serve(handler, request, big))
         self._tasks.add(task)
         task.add_done_callback(self._request_done)
         if len(self._tasks) >= self._max_inflight:
             self._held_for.add("inflight")
 
-    async def _serve(self, handler: Handler, request: Request[Any]) -> None:
+    async def _serve(self, handler: Handler, request: Request[Any], big: bool) -> None:
         cid = request.correlation_id
         try:
             body = await handler(self._broker, self.ctx, request.body)
-            frame: bytes | list[Buffer] = encode_response_parts(cid, 0, body, self._max_frame)
+            frame: bytes | list[Buffer]
+            if big or pacing.large_body(body):  # encoding and counting its items: a thread
+                frame = await self._loop.run_in_executor(
+                    pacing.CODEC, encode_big_response_parts, cid, 0, body, self._max_frame
+                )
+            else:
+                frame = encode_response_parts(cid, 0, body, self._max_frame)
         except MQError as exc:
             frame = encode_error_response(cid, exc)
         except asyncio.CancelledError:
@@ -252,8 +309,14 @@ class Connection(asyncio.Protocol):
             return
         self._write(frame)
 
+    def _appends_queued(self) -> None:
+        self._ordered = None
+        self._release_hold("ordered")
+
     def _request_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
+        if task is self._ordered:  # failed or cancelled before its appends were queued
+            self._appends_queued()
         if self._lost:
             return
         if self._closing:

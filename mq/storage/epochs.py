@@ -148,7 +148,5 @@ class LeaderEpochCache:
 
     def _persist(self) -> None:
         lines = [_MAGIC, *(f"{e.epoch} {e.start_offset}" for e in self.entries)]
-        self._io.write_file_atomic(
-            self._path, ("\n".join(lines) + "\n").encode(), durable=False
-        )
+        self._io.write_file_atomic(self._path, ("\n".join(lines) + "\n").encode(), durable=False)
         self.written += 1
