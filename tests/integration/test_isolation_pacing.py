@@ -1,0 +1,155 @@
+"""Requests at their list bounds and topic floods do not hold the event loop
+(issue 18: the isolation benchmark's two open patterns).
+
+Orderings, not timings: another connection's ``api_versions`` is answered
+while a 100,000-topic metadata request (or a 20,000-entry produce) is still in
+progress; the event loop turns while a topic's 1,000 partitions are being
+opened, each partition served only once its files exist, and
+``create_topics`` answers only once they all are. In-process, so the test can
+look at the broker's partitions; the clients of the ordering tests are plain
+blocking sockets in a thread, as a greedy client's would be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import select
+import socket
+import struct
+import termios
+import time
+from pathlib import Path
+from typing import Any
+
+from inprocess_broker import running_broker
+
+from mq import Admin
+from mq.records.records import build_batch
+from mq.wire import apis_core, apis_data
+from mq.wire.messages import encode_request
+from mq.wire.registry import Api
+
+TEST_TIMEOUT_S = 300
+METADATA_TOPICS = 100_000
+PRODUCE_ENTRIES = 20_000
+FLOOD_PARTITIONS = 1_000
+SETTLE_S = 0.3
+"""After the big request's bytes are all taken by the broker's kernel, a pause before the
+small request goes, so that the broker has read the big one first (on a busy machine
+too): the small one then queues behind it unless the broker serves both at once."""
+
+
+def _frame(api: Api[Any, Any], cid: int, body: Any) -> bytes:
+    return encode_request(api, 0, cid, "pacing-test", body)
+
+
+def _unsent(sock: socket.socket) -> int:
+    """Bytes still in the socket's send queue (SIOCOUTQ)."""
+    return int(struct.unpack("i", fcntl.ioctl(sock, termios.TIOCOUTQ, b"\0\0\0\0"))[0])
+
+
+def _answer_order(address: tuple[str, int], big: bytes, small: bytes) -> list[str]:
+    """Send ``big`` on one connection, then ``small`` on another once the broker has
+    the big one; which connection's answer began first ("big"/"small"): a broker busy
+    with the big one in one go writes (the start of) its answer before it reads the
+    small one."""
+    with (
+        socket.create_connection(address, timeout=60) as big_sock,
+        socket.create_connection(address, timeout=60) as small_sock,
+    ):
+        big_sock.sendall(big)
+        deadline = time.monotonic() + 60
+        while _unsent(big_sock) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(SETTLE_S)
+        small_sock.sendall(small)
+        names = {big_sock.fileno(): "big", small_sock.fileno(): "small"}
+        socks = {big_sock.fileno(): big_sock, small_sock.fileno(): small_sock}
+        order: list[str] = []
+        while len(order) < 2 and time.monotonic() < deadline:
+            ready, _, _ = select.select(list(socks), [], [], 1.0)
+            for fd in ready:
+                assert socks[fd].recv(1 << 20), f"the broker closed the {names[fd]} connection"
+                order.append(names[fd])
+                del socks[fd]
+        return order
+
+
+async def test_api_versions_is_answered_during_a_100000_topic_metadata_request(
+    tmp_path: Path,
+) -> None:
+    big = _frame(
+        apis_core.METADATA,
+        1,
+        {
+            "topics": [f"no-such-topic-{i}" for i in range(METADATA_TOPICS)],
+            "allow_auto_topic_creation": False,
+        },
+    )
+    small = _frame(apis_core.API_VERSIONS, 2, {})
+    async with asyncio.timeout(TEST_TIMEOUT_S):
+        async with running_broker(tmp_path / "data") as running:
+            host, port = running.bootstrap.rsplit(":", 1)
+            order = await asyncio.to_thread(_answer_order, (host, int(port)), big, small)
+    assert order == ["small", "big"]
+
+
+async def test_api_versions_is_answered_during_a_20000_entry_produce(tmp_path: Path) -> None:
+    batch = build_batch([(None, b"x" * 16, (), int(time.time() * 1000))])
+    big = _frame(
+        apis_data.PRODUCE,
+        1,
+        {
+            "acks": 1,
+            "timeout_ms": 30_000,
+            "topics": [
+                {"name": "wide", "partitions": [{"partition": 0, "records": batch}] * 20_000}
+            ],
+        },
+    )
+    small = _frame(apis_core.API_VERSIONS, 2, {})
+    async with asyncio.timeout(TEST_TIMEOUT_S):
+        async with running_broker(tmp_path / "data") as running:
+            async with Admin(bootstrap=running.bootstrap) as admin:
+                await admin.create_topic("wide", 1)
+            host, port = running.bootstrap.rsplit(":", 1)
+            order = await asyncio.to_thread(_answer_order, (host, int(port)), big, small)
+    assert order == ["small", "big"]
+
+
+async def test_the_loop_turns_while_a_topics_partitions_are_opened(tmp_path: Path) -> None:
+    """1,000 partitions' files are made off the event loop, a chunk at a time: the loop
+    sees the topic part-open; a partition it sees has its files; the create answers
+    once all are open."""
+    async with asyncio.timeout(TEST_TIMEOUT_S):
+        async with running_broker(tmp_path / "data") as running:
+            broker = running.broker
+            seen_open: list[int] = []
+            missing_files: list[str] = []
+            stop = asyncio.Event()
+
+            async def watch() -> None:
+                checked: set[int] = set()
+                while not stop.is_set():
+                    hosted = [p for (t, i), p in broker.partitions.items() if t == "flood"]
+                    seen_open.append(len(hosted))
+                    for partition in hosted:
+                        if partition.index in checked:
+                            continue
+                        checked.add(partition.index)
+                        if not any(partition.log.directory.glob("*.log")):
+                            missing_files.append(partition.name)
+                    await asyncio.sleep(0)
+
+            watcher = asyncio.get_running_loop().create_task(watch())
+            timeout_ms = TEST_TIMEOUT_S * 1000  # 2,000 fsyncs on a busy disk take a while
+            async with Admin(bootstrap=running.bootstrap, request_timeout_ms=timeout_ms) as admin:
+                await admin.create_topic("flood", FLOOD_PARTITIONS)
+                answered_with = sum(1 for t, _ in broker.partitions if t == "flood")
+            stop.set()
+            await watcher
+    part_open = [n for n in seen_open if 0 < n < FLOOD_PARTITIONS]
+    assert part_open, "the event loop never turned while the partitions were being opened"
+    assert not missing_files
+    assert answered_with == FLOOD_PARTITIONS
