@@ -25,6 +25,7 @@ from typing import Any
 from inprocess_broker import running_broker
 
 from mq import Admin
+from mq.client.connection import Connection
 from mq.records.records import build_batch
 from mq.wire import apis_core, apis_data
 from mq.wire.messages import encode_request
@@ -153,3 +154,56 @@ async def test_the_loop_turns_while_a_topics_partitions_are_opened(tmp_path: Pat
     assert part_open, "the event loop never turned while the partitions were being opened"
     assert not missing_files
     assert answered_with == FLOOD_PARTITIONS
+
+
+ORDERED_ENTRIES = 1_000
+"""Entries of the paced produce: several times ENTRIES_PER_TURN (256), so that its
+handler gives the loop turns (in which its connection could start the next request)
+before it reaches its last entry."""
+
+
+async def test_a_paced_produce_keeps_the_order_of_its_connections_requests(
+    tmp_path: Path,
+) -> None:
+    """A produce of many entries gives the loop turns while it queues its appends; the
+    next produce pipelined on its connection must still append after it. The big one
+    names partitions that do not exist (answered with an error each) before its last
+    entry, the topic's one partition, which the pipelined produce appends to too."""
+    missing = [{"partition": i, "records": _batch(b"none")} for i in range(1, ORDERED_ENTRIES)]
+    first_body = {
+        "acks": 1,
+        "timeout_ms": 30_000,
+        "topics": [
+            {
+                "name": "ordered",
+                "partitions": [*missing, {"partition": 0, "records": _batch(b"first")}],
+            }
+        ],
+    }
+    second_body = {
+        "acks": 1,
+        "timeout_ms": 30_000,
+        "topics": [
+            {"name": "ordered", "partitions": [{"partition": 0, "records": _batch(b"second")}]}
+        ],
+    }
+    async with asyncio.timeout(TEST_TIMEOUT_S):
+        async with running_broker(tmp_path / "data") as running:
+            async with Admin(bootstrap=running.bootstrap) as admin:
+                await admin.create_topic("ordered", 1)
+            host, port = running.bootstrap.rsplit(":", 1)
+            conn = await Connection.open(host, int(port), client_id="pacing-test")
+            try:
+                first = await conn.request(apis_data.PRODUCE, first_body)
+                second = await conn.request(apis_data.PRODUCE, second_body)  # pipelined
+                first_answer, second_answer = await asyncio.gather(first, second)
+            finally:
+                conn.close()
+    first_result = first_answer["topics"][0]["partitions"][-1]
+    second_result = second_answer["topics"][0]["partitions"][0]
+    assert (first_result["error"], second_result["error"]) == (0, 0)
+    assert (first_result["base_offset"], second_result["base_offset"]) == (0, 1)
+
+
+def _batch(value: bytes) -> bytes:
+    return build_batch([(None, value, (), int(time.time() * 1000))])
