@@ -119,14 +119,17 @@ def _seen(future: asyncio.Future[AppendInfo]) -> None:
         future.exception()
 
 
-def _fetch_once(
+async def _fetch_once(
     broker: Broker, body: FetchRequest, results: dict[tuple[str, int], FetchedPartition]
 ) -> int:
     """Read every partition not yet answered; return the bytes gathered so far."""
     total = 0
     budget = body["max_bytes"]
+    pacer = Pacer()
     for topic in body["topics"]:
         for part in topic["partitions"]:
+            if pacer.due():  # reads only: other clients may act in between
+                await asyncio.sleep(0)
             key = (topic["name"], part["partition"])
             result = results[key]
             if result["error"] or result["records"]:
@@ -156,8 +159,11 @@ def _fetch_once(
 async def fetch(broker: Broker, ctx: RequestContext, body: FetchRequest) -> FetchResponse:
     """Whole batches per partition; wait up to max_wait_ms for min_bytes to be there."""
     results: dict[tuple[str, int], FetchedPartition] = {}
+    pacer = Pacer()
     for topic in body["topics"]:
         for part in topic["partitions"]:
+            if pacer.due():
+                await asyncio.sleep(0)
             results[(topic["name"], part["partition"])] = {
                 "partition": part["partition"],
                 "error": 0,
@@ -169,7 +175,7 @@ async def fetch(broker: Broker, ctx: RequestContext, body: FetchRequest) -> Fetc
             }
     deadline = time.monotonic() + body["max_wait_ms"] / 1000
     while True:
-        total = _fetch_once(broker, body, results)
+        total = await _fetch_once(broker, body, results)
         remaining = deadline - time.monotonic()
         if total >= body["min_bytes"] or remaining <= 0 or ctx.closing:
             break
@@ -189,10 +195,13 @@ async def list_offsets(
 ) -> ListOffsetsResponse:
     """Earliest (-2), latest (-1: the high watermark), or the first offset at or after a time."""
     response: ListOffsetsResponse = {"topics": []}
+    pacer = Pacer()
     for topic in body["topics"]:
         results: list[ListedOffset] = []
         response["topics"].append({"name": topic["name"], "partitions": results})
         for part in topic["partitions"]:
+            if pacer.due():  # reads only: other clients may act in between
+                await asyncio.sleep(0)
             result: ListedOffset = {
                 "partition": part["partition"],
                 "error": 0,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from mq.broker.broker import Broker
@@ -9,6 +10,7 @@ from mq.broker.catalog import OFFSETS_TOPIC
 from mq.broker.context import RequestContext, set_error
 from mq.broker.coordinator import GroupCoordinator
 from mq.broker.offsets import MAX_METADATA_BYTES, CommittedOffset
+from mq.broker.pacing import Pacer
 from mq.errors import (
     CoordinatorNotAvailableError,
     MQError,
@@ -162,9 +164,12 @@ async def offset_fetch(
     else:
         wanted = {t["name"]: list(t["partitions"]) for t in body["topics"]}
     response: OffsetFetchResponse = {"topics": []}
+    pacer = Pacer()
     for name, partitions in wanted.items():
         entries: list[Any] = []
         for index in partitions:
+            if pacer.due():  # reads only: other clients may act in between
+                await asyncio.sleep(0)
             found = committed.get(TopicPartition(name, index))
             entries.append(
                 {

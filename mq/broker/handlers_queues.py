@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from mq.broker.context import RequestContext, set_error
+from mq.broker.pacing import Pacer
 from mq.errors import InvalidReceiptError, MQError, NotLeaderOrFollowerError
 from mq.queues.share_partition import Acquired, Filter
 from mq.wire.apis_queues import (
@@ -49,8 +50,11 @@ async def queue_receive(
     group = body["group"]
     results: dict[tuple[str, int], dict[str, Any]] = {}
     sessions: dict[tuple[str, int], Session] = {}
+    pacer = Pacer()
     for topic in body["topics"]:
         for index in topic["partitions"]:
+            if pacer.due():  # look-ups only: nothing is leased before this loop ends
+                await asyncio.sleep(0)
             key = (topic["name"], index)
             results[key] = {"partition": index, "error": 0, "message": None}
             try:
