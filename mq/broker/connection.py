@@ -90,11 +90,6 @@ _PEER_GONE = select.POLLRDHUP | select.POLLHUP | select.POLLERR
 _connection_ids = itertools.count(1)
 
 
-def _entries(body: Any) -> int:
-    """Partition entries of a produce request."""
-    return sum(len(topic["partitions"]) for topic in body["topics"])
-
-
 def peer_closed(transport: asyncio.BaseTransport) -> bool:
     """Whether the client has closed its side, seen without reading the socket (a
     connection the broker does not read never gets its end of stream delivered)."""
@@ -264,9 +259,9 @@ class Connection(asyncio.Protocol):
             self._write(encode_error_response(request.correlation_id, exc))
             return
         self.ctx.client_id = request.client_id
-        if request.api is apis_data.PRODUCE and _entries(request.body) > pacing.ENTRIES_PER_TURN:
-            # its handler gives the loop turns while it queues its appends: nothing of
-            # this connection starts before they are all queued (they keep their order)
+        if pacing.ordered_entries(request.api, request.body) > pacing.ENTRIES_PER_TURN:
+            # its handler gives the loop turns while it queues its work (appends, commits,
+            # settlements): nothing of this connection starts before that is done
             self._held_for.add("ordered")
             token = pacing.ordered_task_context(self._appends_queued)
             try:

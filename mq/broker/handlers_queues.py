@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from mq.broker.context import RequestContext, set_error
-from mq.broker.pacing import Pacer
+from mq.broker.pacing import Pacer, queued
 from mq.errors import InvalidReceiptError, MQError, NotLeaderOrFollowerError
 from mq.queues.share_partition import Acquired, Filter
 from mq.wire.apis_queues import (
@@ -132,10 +132,13 @@ async def queue_ack(broker: Broker, ctx: RequestContext, body: AckRequest) -> Ac
     topics: list[dict[str, Any]] = []
     found: dict[tuple[str, int], Session] = {}
     touched: dict[int, tuple[Session, list[dict[str, Any]]]] = {}
+    pacer = Pacer()  # (many entries: nothing else of this connection starts until queued())
     for topic in body["topics"]:
         results: list[dict[str, Any]] = []
         topics.append({"name": topic["name"], "settlements": results})
         for settlement in topic["settlements"]:
+            if pacer.due():
+                await asyncio.sleep(0)
             result: dict[str, Any] = {
                 "partition": settlement["partition"],
                 "error": 0,
@@ -158,6 +161,7 @@ async def queue_ack(broker: Broker, ctx: RequestContext, body: AckRequest) -> Ac
             touched.setdefault(id(session), (session, []))[1].append(result)
     for session, _ in touched.values():
         manager.after_change(session)
+    queued()  # settled: its connection's next request may start
     for session, settled in touched.values():
         try:
             await manager.durable(session)

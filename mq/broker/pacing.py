@@ -13,10 +13,11 @@ linear work, but done in one go it held every other client for 0.2-1.5 s
   :data:`LARGE_LIST` entries in a list (:func:`large_body`), are encoded in
   that thread too (counting their items is a Python walk of the whole body);
 * handlers call :meth:`Pacer.due` once per entry and ``await asyncio.sleep(0)``
-  when it says so (:data:`ENTRIES_PER_TURN`). A produce's appends must keep
-  the order of its connection's requests, so a produce with more entries than
-  that holds its connection's next request until it has queued every append
-  (:func:`queued`).
+  when it says so (:data:`ENTRIES_PER_TURN`). A produce's appends, an
+  offset commit's commits and a queue ack's settlements must keep the order of
+  their connection's requests, so such a request with more entries than that
+  holds its connection's next request until its handler says its work is
+  queued (:func:`queued`, :func:`ordered_entries`).
 
 Pure Python in a thread still takes the GIL, but the interpreter hands it back
 to the event loop's thread within ``sys.getswitchinterval()`` (5 ms) when
@@ -34,7 +35,9 @@ from contextvars import ContextVar
 from typing import Any, Final
 
 from mq.errors import MQError
+from mq.wire import apis_data, apis_groups, apis_queues
 from mq.wire.messages import Request, RequestEnvelope, decode_request, unpack_request
+from mq.wire.registry import Api
 
 OFFLOAD_BYTES: Final = 256 * 1024
 """Request frames from this size on are decoded in the codec thread (and their responses
@@ -78,6 +81,16 @@ def queued() -> None:
     if release is not None:
         _QUEUED.set(None)
         release()
+
+
+def ordered_entries(api: Api[Any, Any], body: Any) -> int:
+    """Entries of a request whose handler paces an order-sensitive loop (produce: appends,
+    offset_commit: commits, queue_ack: settlements), 0 for any other request."""
+    if api is apis_data.PRODUCE or api is apis_groups.OFFSET_COMMIT:
+        return sum(len(topic["partitions"]) for topic in body["topics"])
+    if api is apis_queues.QUEUE_ACK:
+        return sum(len(topic["settlements"]) for topic in body["topics"])
+    return 0
 
 
 class Pacer:

@@ -27,7 +27,7 @@ from inprocess_broker import running_broker
 from mq import Admin
 from mq.client.connection import Connection
 from mq.records.records import build_batch
-from mq.wire import apis_core, apis_data
+from mq.wire import apis_core, apis_data, apis_groups
 from mq.wire.messages import encode_request
 from mq.wire.registry import Api
 
@@ -207,3 +207,50 @@ async def test_a_paced_produce_keeps_the_order_of_its_connections_requests(
 
 def _batch(value: bytes) -> bytes:
     return build_batch([(None, value, (), int(time.time() * 1000))])
+
+
+async def test_a_paced_offset_commit_keeps_the_order_of_its_connections_requests(
+    tmp_path: Path,
+) -> None:
+    """As for a produce: a commit of many entries gives the loop turns before its last
+    one; a commit pipelined after it on its connection must still win."""
+
+    def commit(entries: list[tuple[int, int]]) -> dict[str, Any]:
+        return {
+            "group_id": "ordered-group",
+            "generation_id": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "topics": [
+                {
+                    "name": "ordered",
+                    "partitions": [
+                        {"partition": p, "offset": o, "leader_epoch": -1, "metadata": None}
+                        for p, o in entries
+                    ],
+                }
+            ],
+        }
+
+    missing = [(i, 1) for i in range(1, ORDERED_ENTRIES)]  # no such partitions: refused
+    async with asyncio.timeout(TEST_TIMEOUT_S):
+        async with running_broker(tmp_path / "data") as running:
+            async with Admin(bootstrap=running.bootstrap) as admin:
+                await admin.create_topic("ordered", 1)
+            host, port = running.bootstrap.rsplit(":", 1)
+            conn = await Connection.open(host, int(port), client_id="pacing-test")
+            try:
+                first = await conn.request(apis_groups.OFFSET_COMMIT, commit([*missing, (0, 5)]))
+                second = await conn.request(apis_groups.OFFSET_COMMIT, commit([(0, 10)]))
+                answers = await asyncio.gather(first, second)
+                fetched = await conn.call(
+                    apis_groups.OFFSET_FETCH,
+                    {
+                        "group_id": "ordered-group",
+                        "topics": [{"name": "ordered", "partitions": [0]}],
+                    },
+                )
+            finally:
+                conn.close()
+    assert [a["topics"][0]["partitions"][-1]["error"] for a in answers] == [0, 0]
+    assert fetched["topics"][0]["partitions"][0]["offset"] == 10
