@@ -2,7 +2,7 @@
 (issue 18: the isolation benchmark's two open patterns).
 
 Orderings, not timings: another connection's ``api_versions`` is answered
-while a 100,000-topic metadata request (or a 20,000-entry produce) is still in
+while a 100,000-topic metadata request (or a 100,000-entry produce) is still in
 progress; the event loop turns while a topic's 1,000 partitions are being
 opened, each partition served only once its files exist, and
 ``create_topics`` answers only once they all are. In-process, so the test can
@@ -33,12 +33,14 @@ from mq.wire.registry import Api
 
 TEST_TIMEOUT_S = 300
 METADATA_TOPICS = 100_000
-PRODUCE_ENTRIES = 20_000
+PRODUCE_ENTRIES = 100_000
+"""A produce at its list bound (MAX_PARTITIONS): ~10 MB, a second or more of work."""
 FLOOD_PARTITIONS = 1_000
-SETTLE_S = 0.3
+SETTLE_S = 0.1
 """After the big request's bytes are all taken by the broker's kernel, a pause before the
-small request goes, so that the broker has read the big one first (on a busy machine
-too): the small one then queues behind it unless the broker serves both at once."""
+small request goes, so that the broker has read the big one first: the small one then
+queues behind it unless the broker serves both at once. Short next to the big request's
+own time (so that it is still in progress when the small one comes)."""
 
 
 def _frame(api: Api[Any, Any], cid: int, body: Any) -> bytes:
@@ -96,7 +98,7 @@ async def test_api_versions_is_answered_during_a_100000_topic_metadata_request(
     assert order == ["small", "big"]
 
 
-async def test_api_versions_is_answered_during_a_20000_entry_produce(tmp_path: Path) -> None:
+async def test_api_versions_is_answered_during_a_100000_entry_produce(tmp_path: Path) -> None:
     batch = build_batch([(None, b"x" * 16, (), int(time.time() * 1000))])
     big = _frame(
         apis_data.PRODUCE,
@@ -105,7 +107,10 @@ async def test_api_versions_is_answered_during_a_20000_entry_produce(tmp_path: P
             "acks": 1,
             "timeout_ms": 30_000,
             "topics": [
-                {"name": "wide", "partitions": [{"partition": 0, "records": batch}] * 20_000}
+                {
+                    "name": "wide",
+                    "partitions": [{"partition": 0, "records": batch}] * PRODUCE_ENTRIES,
+                }
             ],
         },
     )
