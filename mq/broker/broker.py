@@ -42,11 +42,12 @@ from mq.broker.config import BrokerConfig
 from mq.broker.isr import IsrManager
 from mq.broker.log_cleaner import LogCleaner
 from mq.broker.metrics import Meters
+from mq.broker.pacing import Pacer
 from mq.broker.partition import Partition
 from mq.broker.peers import Peers
 from mq.broker.producer_ids import ProducerIdAllocator
 from mq.broker.quotas import QuotaManager
-from mq.broker.replicas import ReplicaManager
+from mq.broker.replicas import OPEN_WAIT_S, ReplicaManager
 from mq.broker.scrubber import Scrubber
 from mq.broker.topic_configs import altered_configs, broker_count, check_min_insync
 from mq.errors import (
@@ -90,6 +91,10 @@ METADATA_FILE = "metadata.json"
 WAIT_S = 10.0
 """How long a topic change waits for the view to show it."""
 RETRY_S = 0.5
+EVENTS_PER_TURN = 64
+"""Metadata events applied per turn of the event loop: a topic of 1,000 partitions comes
+as 1,000 events in one batch (a few hundred microseconds each to apply), which would
+otherwise hold every client for that long."""
 REGISTER_RETRY_S = 0.25
 HANDOVER_S = 5.0
 """How long a clean shutdown waits for its leaderships to move."""
@@ -187,6 +192,7 @@ class Broker:
         )
         self.view = await ClusterView.load(self.store)
         self.replicas.reconcile_all()
+        await self.replicas.wait_opened()  # the logs it hosts, opened in worker threads
         self.replicas.remove_strays()
         self.cleaner.start()
 
@@ -257,7 +263,7 @@ class Broker:
                     internal=topic.internal,
                     topic_id=topic.topic_id,
                 )
-                await self.wait_for_view(partial(self._has_topic, topic.name))
+                await self._wait_topic_ready(topic.name)
         legacy.retire()
         # a single node listens as the leader of its partitions: the controller's
         # elections (one store write each, in a worker thread) are done first
@@ -333,9 +339,13 @@ class Broker:
         """Apply every change of the metadata store, for as long as the broker runs."""
         while True:
             try:
+                applied = 0
                 async for event in self.view.follow(self.store):
                     self.replicas.on_event(event)
                     self._wake_view_waiters()
+                    applied += 1
+                    if not applied % EVENTS_PER_TURN:
+                        await asyncio.sleep(0)  # a big change's events: others get a turn
             except CompactedError:
                 log.warning("broker %d: metadata watch fell behind; reloading", self.node_id)
             except MQError as exc:
@@ -372,6 +382,16 @@ class Broker:
                 except MQError as exc:
                     log.warning("broker %d: registering: %s", self.node_id, exc)
                     await asyncio.sleep(RETRY_S)
+
+    def view_changed(self) -> None:
+        """Something :meth:`wait_for_view` conditions read changed (a partition opened)."""
+        self._wake_view_waiters()
+
+    async def _wait_topic_ready(self, name: str) -> None:
+        """Until the view has topic ``name`` and its partitions here are open (their
+        logs open in worker threads, see :mod:`mq.broker.opener`)."""
+        await self.wait_for_view(partial(self._has_topic, name))
+        await self.wait_for_view(lambda: not self.replicas.opening(name), OPEN_WAIT_S)
 
     def _wake_view_waiters(self) -> None:
         waiters, self._view_waiters = self._view_waiters, set()
@@ -492,7 +512,7 @@ class Broker:
             validate_only=validate_only,
         )
         if not validate_only:
-            await self.wait_for_view(lambda: name in self.view.topics)
+            await self._wait_topic_ready(name)
             log.info("created topic %s with %d partitions", name, count)
         return record
 
@@ -563,7 +583,7 @@ class Broker:
         for topic in response["topics"]:
             if topic["error"] and topic["error"] != TopicAlreadyExistsError.code:
                 raise _error(topic["error"], topic.get("message"))
-        await self.wait_for_view(lambda: name in self.view.topics)
+        await self._wait_topic_ready(name)
         found = self.view.topics.get(name)
         if found is None:
             raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
@@ -593,7 +613,10 @@ class Broker:
         failures: dict[str, MQError] = {}
         updated: dict[str, dict[str, str]] = {}
         brokers = await broker_count(self.store, self.node_id) if changes else 0
+        pacer = Pacer()
         for name, change in changes.items():
+            if pacer.due():  # up to 100,000 topics: other clients get turns
+                await asyncio.sleep(0)
             try:
                 info = self.view.topics.get(name)
                 updated[name] = altered_configs(name, info, change, self.config.log, brokers)

@@ -55,6 +55,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
+from mq.broker import pacing
 from mq.broker.audit import AUDITED_APIS
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext
@@ -67,6 +68,7 @@ from mq.wire.frames import NEED_DATA, Buffer, FrameDecoder
 from mq.wire.messages import (
     Request,
     decode_request,
+    encode_big_response_parts,
     encode_error_response,
     encode_response_parts,
     unpack_request,
@@ -131,7 +133,11 @@ class Connection(asyncio.Protocol):
         """Requests in progress, each with the dispatch flow it counts against."""
         self._dispatcher = server.dispatcher
         self._held_for: set[str] = set()
-        """Why complete frames are not dispatched now ("inflight", "writing", "turn")."""
+        """Why complete frames are not dispatched now ("inflight", "writing", "turn",
+        "decoding": a big frame in the codec thread, "ordered": a big produce queueing
+        its appends; see :mod:`mq.broker.pacing`)."""
+        self._ordered: asyncio.Task[None] | None = None
+        """The produce whose appends are still being queued (dispatch held for it)."""
         self._reading_paused_for: set[str] = set()
         """Why the socket is not read now ("pending", "budget", "closing")."""
         self._in_reserved = 0
@@ -277,25 +283,71 @@ class Connection(asyncio.Protocol):
             self._pump()
 
     def _dispatch(self, payload: bytes) -> None:
+        if len(payload) >= pacing.OFFLOAD_BYTES:  # decoded in the codec thread, in order:
+            self._held_for.add("decoding")  # this connection starts nothing meanwhile
+            decoded = self._loop.run_in_executor(pacing.CODEC, pacing.decode_payload, payload)
+            decoded.add_done_callback(lambda done: self._decoded(done, len(payload)))
+            return
         envelope = unpack_request(payload)  # ProtocolError: no trustworthy correlation id
-        request: Request[Any] | None = None
         try:
             request = decode_request(envelope)
-            handler = self._server.admit(request, self.ctx)
         except MQError as exc:
             self._write(encode_error_response(envelope.correlation_id, exc))
-            if request is not None and request.api.key in AUDITED_APIS:  # refused: audited
-                self._broker.audit.request(self.ctx, request, None, exc)
-            if self._broker.metrics is not None:  # refused at the gate: counted too
-                api = api_by_key(envelope.api_key)
-                name = api.name if api is not None else "unknown"
-                principal, client_id = self.ctx.principal, envelope.client_id
-                self._broker.metrics.request(name, exc.name, 0.0, principal, client_id)
-            if self.ctx.disconnect is not None:
-                self._close(self.ctx.disconnect)
+            self._refused(envelope.api_key, envelope.client_id, None, exc)
+            return
+        self._start(request, len(payload), big=False)
+
+    def _refused(
+        self, api_key: int, client_id: str | None, request: Request[Any] | None, exc: MQError
+    ) -> None:
+        """A request refused before its handler (undecodable, or at the gate): audited,
+        counted, and the connection closed if the refusal says so (SASL)."""
+        if request is not None and request.api.key in AUDITED_APIS:  # refused: audited
+            self._broker.audit.request(self.ctx, request, None, exc)
+        if self._broker.metrics is not None:  # refused at the gate: counted too
+            api = api_by_key(api_key)
+            name = api.name if api is not None else "unknown"
+            self._broker.metrics.request(name, exc.name, 0.0, self.ctx.principal, client_id)
+        if self.ctx.disconnect is not None:
+            self._close(self.ctx.disconnect)
+
+    def _decoded(self, decoded: asyncio.Future[Request[Any]], size: int) -> None:
+        if self._lost or self._closing or decoded.cancelled():
+            return  # closed meanwhile (a later frame was malformed): not executed
+        failure = decoded.exception()
+        if isinstance(failure, ProtocolError):
+            self._fail(failure)
+            return
+        if isinstance(failure, pacing.Undecodable):
+            self._write(encode_error_response(failure.correlation_id, failure.error))
+        elif failure is not None:  # a bug: this connection cannot go on in order
+            log.error("decoding a request from %s failed: %r", self.ctx.peer, failure)
+            self._close("a request could not be decoded", abort=True)
+            return
+        else:
+            self._start(decoded.result(), size, big=True)
+        self._release_hold("decoding")
+
+    def _start(self, request: Request[Any], size: int, *, big: bool) -> None:
+        try:
+            handler = self._server.admit(request, self.ctx)
+        except MQError as exc:
+            self._write(encode_error_response(request.correlation_id, exc))
+            self._refused(request.api.key, request.client_id, request, exc)
             return
         self.ctx.client_id = request.client_id
-        task = self._loop.create_task(self._serve(handler, request, len(payload)))
+        if pacing.ordered_entries(request.api, request.body) > pacing.ENTRIES_PER_TURN:
+            # its handler gives the loop turns while it queues its work (appends, commits,
+            # settlements): nothing of this connection starts before that is done
+            self._held_for.add("ordered")
+            token = pacing.ordered_task_context(self._appends_queued)
+            try:
+                task = self._loop.create_task(self._serve(handler, request, size, big))
+            finally:
+                pacing.reset_context(token)
+            self._ordered = task
+        else:
+            task = self._loop.create_task(self._serve(handler, request, size, big))
         flow = (self.ctx.principal, request.client_id or "")
         self._tasks[task] = flow
         self._dispatcher.started(flow)
@@ -303,7 +355,7 @@ class Connection(asyncio.Protocol):
         if len(self._tasks) >= self._max_inflight:
             self._held_for.add("inflight")
 
-    async def _serve(self, handler: Handler, request: Request[Any], size: int) -> None:
+    async def _serve(self, handler: Handler, request: Request[Any], size: int, big: bool) -> None:
         cid = request.correlation_id
         quotas = self._broker.client_quotas
         resolved = (
@@ -321,11 +373,11 @@ class Connection(asyncio.Protocol):
                 timed = Timed(work)
                 body = await timed
                 encoding = time.perf_counter()
-                frame: bytes | list[Buffer] = encode_response_parts(cid, 0, body, self._max_frame)
+                frame: bytes | list[Buffer] = await self._encode(cid, body, big)
                 loop_s = timed.spent + time.perf_counter() - encoding
             else:
                 body = await work
-                frame = encode_response_parts(cid, 0, body, self._max_frame)
+                frame = await self._encode(cid, body, big)
                 loop_s = 0.0
             if resolved:
                 out = len(frame) if isinstance(frame, bytes) else sum(map(len, frame))
@@ -333,7 +385,7 @@ class Connection(asyncio.Protocol):
                 if wait > 0:
                     self._hold_back(wait)
                     throttled = {**body, THROTTLE_TIME_KEY: int(wait * 1000 + 0.999)}
-                    frame = encode_response_parts(cid, 0, throttled, self._max_frame)
+                    frame = await self._encode(cid, throttled, big)
         except MQError as exc:
             frame = encode_error_response(cid, exc)
             error, failure = exc.name, exc
@@ -363,10 +415,25 @@ class Connection(asyncio.Protocol):
         if self.ctx.disconnect is not None and not self._closing:
             self._close(self.ctx.disconnect)
 
+    async def _encode(self, cid: int, body: Any, big: bool) -> bytes | list[Buffer]:
+        """A response's frame: large ones (answers to big requests, long lists) encoded
+        in the codec thread, in pieces (:mod:`mq.broker.pacing`), the rest right here."""
+        if big or pacing.large_body(body):
+            return await self._loop.run_in_executor(
+                pacing.CODEC, encode_big_response_parts, cid, 0, body, self._max_frame
+            )
+        return encode_response_parts(cid, 0, body, self._max_frame)
+
+    def _appends_queued(self) -> None:
+        self._ordered = None
+        self._release_hold("ordered")
+
     def _request_done(self, task: asyncio.Task[None]) -> None:
         flow = self._tasks.pop(task, None)
         if flow is not None:
             self._dispatcher.finished(flow)
+        if task is self._ordered:  # failed or cancelled before its appends were queued
+            self._appends_queued()
         if self._lost:
             return
         if self._closing:

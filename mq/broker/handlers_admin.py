@@ -1,11 +1,13 @@
 """Handlers of the admin APIs: api_versions, metadata, topics, configs, delete_records.
 
 Per-topic failures are answered per topic (error code and message); only a
-malformed request fails as a whole.
+malformed request fails as a whole. Every per-entry loop gives the event loop a
+turn every :data:`~mq.broker.pacing.ENTRIES_PER_TURN` entries.
 """
 
 from __future__ import annotations
 
+import asyncio
 from functools import partial
 from typing import Any
 
@@ -18,6 +20,7 @@ from mq.broker.catalog import (
 )
 from mq.broker.context import RequestContext, duplicate_names, duplicate_partitions, set_error
 from mq.broker.listeners import address_on
+from mq.broker.pacing import Pacer
 from mq.errors import (
     InvalidRequestError,
     InvalidTopicError,
@@ -76,7 +79,10 @@ async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -
     asked = body["topics"]
     names = sorted(view.topics) if asked is None else list(dict.fromkeys(asked))
     topics: list[MetadataTopic] = []
+    pacer = Pacer()
     for name in names:
+        if pacer.due():  # up to 100,000 names: other clients get turns
+            await asyncio.sleep(0)
         try:
             info = view.topics.get(name) or await broker.catch_up_on(name)
             if info is None:
@@ -149,7 +155,10 @@ async def create_topics(
     """Create each topic; a name given twice is refused (INVALID_REQUEST), as in Kafka."""
     response: CreateTopicsResponse = {"topics": []}
     repeated = duplicate_names(t["name"] for t in body["topics"])
+    pacer = Pacer()
     for topic in body["topics"]:
+        if pacer.due():
+            await asyncio.sleep(0)
         try:
             if topic["name"] in repeated:
                 raise _repeated(topic["name"], "create_topics")
@@ -186,7 +195,10 @@ async def delete_topics(
     """Delete each topic; a name given twice is refused (INVALID_REQUEST)."""
     response: DeleteTopicsResponse = {"topics": []}
     repeated = duplicate_names(body["topics"])
+    pacer = Pacer()
     for name in body["topics"]:
+        if pacer.due():
+            await asyncio.sleep(0)
         try:
             if name in repeated:
                 raise _repeated(name, "delete_topics")
@@ -204,7 +216,10 @@ async def describe_configs(
     """Every topic setting with its effective value, marking those left at the default."""
     response: DescribeConfigsResponse = {"topics": []}
     repeated = duplicate_names(t["name"] for t in body["topics"])
+    pacer = Pacer()
     for topic in body["topics"]:
+        if pacer.due():
+            await asyncio.sleep(0)
         if topic["name"] in repeated:
             response["topics"].append(
                 _failed(topic["name"], _repeated(topic["name"], "describe_configs"))  # type: ignore[arg-type]
@@ -263,7 +278,10 @@ async def alter_configs(
     repeated = duplicate_names(t["name"] for t in body["topics"])
     errors: dict[str, MQError] = {}
     changes: dict[str, dict[str, str | None]] = {}
+    pacer = Pacer()
     for topic in body["topics"]:
+        if pacer.due():  # up to 100,000 entries: other clients get turns
+            await asyncio.sleep(0)
         name = topic["name"]
         if name in repeated:
             errors[name] = _repeated(name, "alter_configs")
@@ -272,6 +290,8 @@ async def alter_configs(
     errors.update(await broker.alter_topics_configs(changes, validate_only=body["validate_only"]))
     response: AlterConfigsResponse = {"topics": []}
     for topic in body["topics"]:
+        if pacer.due():
+            await asyncio.sleep(0)
         failure = errors.get(topic["name"])
         if failure is not None:
             response["topics"].append(_failed(topic["name"], failure))  # type: ignore[arg-type]
@@ -286,10 +306,13 @@ async def delete_records(
     """Move log start offsets forward (offset -1: to the high watermark)."""
     response: DeleteRecordsResponse = {"topics": []}
     repeated = duplicate_partitions(body["topics"])
+    pacer = Pacer()
     for topic in body["topics"]:
         results: list[Any] = []
         response["topics"].append({"name": topic["name"], "partitions": results})
         for part in topic["partitions"]:
+            if pacer.due():
+                await asyncio.sleep(0)
             result: dict[str, Any] = {"partition": part["partition"], "error": 0, "message": None}
             results.append(result)
             try:

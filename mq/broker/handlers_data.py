@@ -2,7 +2,10 @@
 
 The broker's hot path. A produce hands each partition's batches to its writer
 *before the handler first awaits* (unless it auto-creates a topic), so two
-produces pipelined on one connection append in arrival order; the handler then
+produces pipelined on one connection append in arrival order (one naming more
+than :data:`~mq.broker.pacing.ENTRIES_PER_TURN` partitions gives the event loop
+turns as it goes, and its connection starts nothing until its appends are all
+queued: :func:`~mq.broker.pacing.queued`); the handler then
 waits for every partition's ack together: the leader's write for acks=1, the
 high watermark for acks=-1. Only the leader of a partition serves it. A fetch
 reads whole batches as memoryviews of the segment maps and hands them to the
@@ -23,6 +26,7 @@ from mq.broker.context import (
     set_error,
     wait_for_any,
 )
+from mq.broker.pacing import Pacer, queued
 from mq.broker.partition import Partition
 from mq.errors import InvalidRequestError, InvalidTopicError, MQError, RequestTimedOutError
 from mq.storage.log import AppendInfo
@@ -48,10 +52,13 @@ async def produce(broker: Broker, ctx: RequestContext, body: ProduceRequest) -> 
     pending: list[tuple[str, ProducedPartition, Partition, asyncio.Future[AppendInfo]]] = []
     topics: ProduceResponse = {"topics": []}
     repeated = duplicate_partitions(body["topics"])
+    pacer = Pacer()
     for topic in body["topics"]:
         results: list[ProducedPartition] = []
         topics["topics"].append({"name": topic["name"], "partitions": results})
         for part in topic["partitions"]:
+            if pacer.due():  # a produce of many partitions: other clients get turns
+                await asyncio.sleep(0)  # (its connection starts nothing meanwhile)
             result: ProducedPartition = {
                 "partition": part["partition"],
                 "error": 0,
@@ -78,6 +85,7 @@ async def produce(broker: Broker, ctx: RequestContext, body: ProduceRequest) -> 
                 pending.append((topic["name"], result, partition, future))
             except MQError as exc:
                 set_error(result, exc)
+    queued()  # every append is queued: its connection's next request may start
     if not pending:
         return topics
     futures = [f for *_, f in pending]
@@ -115,7 +123,7 @@ def _seen(future: asyncio.Future[AppendInfo]) -> None:
         future.exception()
 
 
-def _fetch_once(
+async def _fetch_once(
     broker: Broker,
     body: FetchRequest,
     results: dict[tuple[str, int], FetchedPartition],
@@ -124,8 +132,11 @@ def _fetch_once(
     """Read every partition not yet answered; return the bytes gathered so far."""
     total = 0
     budget = body["max_bytes"]
+    pacer = Pacer()
     for topic in body["topics"]:
         for part in topic["partitions"]:
+            if pacer.due():  # reads only: other clients may act in between
+                await asyncio.sleep(0)
             key = (topic["name"], part["partition"])
             result = results[key]
             if result["error"] or result["records"]:
@@ -156,8 +167,11 @@ def _fetch_once(
 async def fetch(broker: Broker, ctx: RequestContext, body: FetchRequest) -> FetchResponse:
     """Whole batches per partition; wait up to max_wait_ms for min_bytes to be there."""
     results: dict[tuple[str, int], FetchedPartition] = {}
+    pacer = Pacer()
     for topic in body["topics"]:
         for part in topic["partitions"]:
+            if pacer.due():
+                await asyncio.sleep(0)
             results[(topic["name"], part["partition"])] = {
                 "partition": part["partition"],
                 "error": 0,
@@ -171,7 +185,7 @@ async def fetch(broker: Broker, ctx: RequestContext, body: FetchRequest) -> Fetc
     offsets: dict[tuple[str, int], int] = {}
     """Offsets each partition's answer covers (records sent, without reading a record)."""
     while True:
-        total = _fetch_once(broker, body, results, offsets)
+        total = await _fetch_once(broker, body, results, offsets)
         remaining = deadline - time.monotonic()
         if total >= body["min_bytes"] or remaining <= 0 or ctx.closing:
             break
@@ -196,10 +210,13 @@ async def list_offsets(
 ) -> ListOffsetsResponse:
     """Earliest (-2), latest (-1: the high watermark), or the first offset at or after a time."""
     response: ListOffsetsResponse = {"topics": []}
+    pacer = Pacer()
     for topic in body["topics"]:
         results: list[ListedOffset] = []
         response["topics"].append({"name": topic["name"], "partitions": results})
         for part in topic["partitions"]:
+            if pacer.due():  # reads only: other clients may act in between
+                await asyncio.sleep(0)
             result: ListedOffset = {
                 "partition": part["partition"],
                 "error": 0,

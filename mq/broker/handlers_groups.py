@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from mq.broker.broker import Broker
@@ -9,6 +10,7 @@ from mq.broker.catalog import OFFSETS_TOPIC
 from mq.broker.context import RequestContext, set_error
 from mq.broker.coordinator import GroupCoordinator
 from mq.broker.offsets import MAX_METADATA_BYTES, CommittedOffset
+from mq.broker.pacing import Pacer, queued
 from mq.errors import (
     CoordinatorNotAvailableError,
     MQError,
@@ -115,6 +117,7 @@ async def offset_commit(
     offsets: dict[TopicPartition, CommittedOffset] = {}
     results: list[PartitionResult] = []
     known: dict[str, int] = {}  # topic → partitions (0: no such topic), one look-up each
+    pacer = Pacer()  # (many entries: nothing else of this connection starts until queued())
     for topic in body["topics"]:
         topic_results: list[PartitionResult] = []
         response["topics"].append({"name": topic["name"], "partitions": topic_results})
@@ -122,6 +125,8 @@ async def offset_commit(
             info = await broker.catch_up_on(topic["name"])
             known[topic["name"]] = 0 if info is None else info.partitions
         for part in topic["partitions"]:
+            if pacer.due():
+                await asyncio.sleep(0)
             result: PartitionResult = {"partition": part["partition"], "error": 0, "message": None}
             topic_results.append(result)
             if not 0 <= part["partition"] < known[topic["name"]]:  # as Kafka: no offsets
@@ -148,6 +153,8 @@ async def offset_commit(
     except MQError as exc:
         for result in results:
             set_error(result, exc)
+    finally:
+        queued()  # committed (or failed): its connection's next request may start
     return response
 
 
@@ -162,9 +169,12 @@ async def offset_fetch(
     else:
         wanted = {t["name"]: list(t["partitions"]) for t in body["topics"]}
     response: OffsetFetchResponse = {"topics": []}
+    pacer = Pacer()
     for name, partitions in wanted.items():
         entries: list[Any] = []
         for index in partitions:
+            if pacer.due():  # reads only: other clients may act in between
+                await asyncio.sleep(0)
             found = committed.get(TopicPartition(name, index))
             entries.append(
                 {

@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any, cast
 
 from mq.broker.context import RequestContext, set_error
+from mq.broker.pacing import Pacer, queued
 from mq.errors import InvalidReceiptError, MQError, NotLeaderOrFollowerError
 from mq.queues.share_partition import Acquired, Filter
 from mq.wire.apis_queues import (
@@ -49,8 +50,11 @@ async def queue_receive(
     group = body["group"]
     results: dict[tuple[str, int], dict[str, Any]] = {}
     sessions: dict[tuple[str, int], Session] = {}
+    pacer = Pacer()
     for topic in body["topics"]:
         for index in topic["partitions"]:
+            if pacer.due():  # look-ups only: nothing is leased before this loop ends
+                await asyncio.sleep(0)
             key = (topic["name"], index)
             results[key] = {"partition": index, "error": 0, "message": None}
             try:
@@ -131,10 +135,13 @@ async def queue_ack(broker: Broker, ctx: RequestContext, body: AckRequest) -> Ac
     topics: list[dict[str, Any]] = []
     found: dict[tuple[str, int], Session] = {}
     touched: dict[int, tuple[Session, list[dict[str, Any]]]] = {}
+    pacer = Pacer()  # (many entries: nothing else of this connection starts until queued())
     for topic in body["topics"]:
         results: list[dict[str, Any]] = []
         topics.append({"name": topic["name"], "settlements": results})
         for settlement in topic["settlements"]:
+            if pacer.due():
+                await asyncio.sleep(0)
             result: dict[str, Any] = {
                 "partition": settlement["partition"],
                 "error": 0,
@@ -157,6 +164,7 @@ async def queue_ack(broker: Broker, ctx: RequestContext, body: AckRequest) -> Ac
             touched.setdefault(id(session), (session, []))[1].append(result)
     for session, _ in touched.values():
         manager.after_change(session)
+    queued()  # settled: its connection's next request may start
     for session, settled in touched.values():
         try:
             await manager.durable(session)

@@ -76,7 +76,11 @@ def now_ms() -> float:
 class Partition:
     """One topic-partition this broker holds a replica of."""
 
-    def __init__(self, topic: str, index: int, log: Log, node_id: int = 0) -> None:
+    def __init__(
+        self, topic: str, index: int, log: Log, node_id: int = 0, checkpointed: int | None = None
+    ) -> None:
+        """``checkpointed``: the high watermark checkpoint read already (in the thread that
+        opened ``log``: no file is read here then); None reads it."""
         self.topic = topic
         self.index = index
         self.log = log
@@ -89,7 +93,8 @@ class Partition:
         self.min_insync_replicas = 1
         self.local_end = log.next_offset
         """The log end as far as acknowledgements go (appends that met the flush policy)."""
-        checkpointed = read_high_watermark(log.directory) or 0
+        if checkpointed is None:
+            checkpointed = read_high_watermark(log.directory) or 0
         self.high_watermark = max(log.log_start_offset, min(checkpointed, log.next_offset))
         """Consumers read below it. A replica learns it from its leader, or as leader
         from its followers' fetches; it starts at its checkpoint (capped by the log end)
@@ -223,7 +228,8 @@ class Partition:
         self.leader_epoch = state.leader_epoch
         if state.leader_epoch > self.log.epochs.latest_epoch:
             epoch = state.leader_epoch
-            self.writer_call_nowait(lambda log_: log_.begin_epoch(epoch))
+            # its file is replaced in a worker thread, before any append of the epoch
+            self.writer_call_nowait(lambda log_: log_.begin_epoch(epoch), in_thread=True)
         self.tracker = ReplicaTracker(
             self.node_id,
             state.replicas,
@@ -248,9 +254,10 @@ class Partition:
                 )
         self._wake()
 
-    def writer_call_nowait(self, fn: Callable[[Log], object]) -> None:
-        """Queue ``fn(log)`` in the writer's order without waiting for it."""
-        future = self.writer.submit_call(fn)
+    def writer_call_nowait(self, fn: Callable[[Log], object], *, in_thread: bool = False) -> None:
+        """Queue ``fn(log)`` in the writer's order without waiting for it (``in_thread``:
+        it does blocking file I/O, see :meth:`~mq.storage.writer.LogWriter.submit_call`)."""
+        future = self.writer.submit_call(fn, in_thread=in_thread)
         future.add_done_callback(_retrieve)
 
     def require_leader(self, current_leader_epoch: int = -1) -> None:

@@ -14,6 +14,12 @@ Each partition directory holds a ``partition.metadata`` file with its topic's
 id, so a directory left by a deleted topic is never taken for a new topic of
 the same name (the broker was down while one went and the other came).
 
+Logs are opened off the event loop (:mod:`mq.broker.opener`, a chunk at a
+time in worker threads): a partition to open is queued, and its reconcile runs
+again once its log is open, against the view as it is then. Until then it is
+not in ``broker.partitions`` (not served); :meth:`ReplicaManager.opening` says
+whether a topic still has partitions on the way.
+
 Thread safety: one event loop.
 """
 
@@ -24,27 +30,33 @@ import logging
 import re
 import shutil
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mq.broker import producer_ids
 from mq.broker.catalog import OFFSETS_TOPIC, split_topic_configs, topic_log_config
+from mq.broker.opener import OpenedLog, PartitionOpener
 from mq.broker.partition import Partition, Role
-from mq.errors import MQError, StorageError
+from mq.errors import MQError
 from mq.logs import partition_extra
 from mq.replication.cluster_state import PARTITIONS, TOPICS, TopicRecord
 from mq.replication.fetcher import ReplicaFetcher
 from mq.replication.store import WatchEvent
+from mq.storage.config import LogConfig
 
 if TYPE_CHECKING:
     from mq.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
-TOPIC_ID_FILE = "partition.metadata"
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 
 Key = tuple[str, int]
+
+OPEN_WAIT_S = 600.0
+"""How long a topic's creation (or the broker's start) waits for its partitions' logs
+to open: file system work only, so it ends; the bound is for a disk that hangs (an
+fsync of a saturated disk takes tens of milliseconds, and 100,000 partitions make
+200,000 of them, a few at a time)."""
 
 
 class ReplicaManager:
@@ -54,6 +66,18 @@ class ReplicaManager:
         self._dropping: dict[Key, asyncio.Task[None]] = {}
         self._configs: dict[str, dict[str, str]] = {}
         """The configs each topic's open replicas were last given."""
+        self._log_configs: dict[str, tuple[dict[str, str], LogConfig]] = {}
+        """Each topic's parsed log settings, with the configs they were parsed from."""
+        self._opener = PartitionOpener(broker.config.data_dir, self._opened, broker.keyring)
+
+    def opening(self, topic: str) -> bool:
+        """Whether partitions of ``topic`` assigned here are still being opened."""
+        return self._opener.opening(topic)
+
+    @property
+    def opening_count(self) -> int:
+        """Partitions queued to open or opening."""
+        return len(self._opener)
 
     # -- events -----------------------------------------------------------------------
 
@@ -79,6 +103,7 @@ class ReplicaManager:
             for key in hosted:
                 self._drop(key)
             self._configs.pop(name, None)
+            self._log_configs.pop(name, None)
             return
         if name in self._configs and self._configs[name] != topic.configs:
             self._reconfigure(topic)
@@ -100,9 +125,8 @@ class ReplicaManager:
             if key in self._dropping:  # the old replica's files are still going
                 self._dropping[key].add_done_callback(lambda _: self.reconcile(key))
                 return
-            partition = self._open(topic, key[1])
-            if partition is None:
-                return
+            self._open(topic, key[1])  # reconciled again once its log is open
+            return
         partition.min_insync_replicas = broker.min_insync_replicas(topic, len(state.replicas))
         if partition.offline is not None and (
             broker.node_id in state.isr or state.leader == broker.node_id
@@ -162,9 +186,12 @@ class ReplicaManager:
 
     # -- opening, reconfiguring, dropping ---------------------------------------------
 
-    def _open(self, topic: TopicRecord, index: int) -> Partition | None:
+    def _open(self, topic: TopicRecord, index: int) -> None:
+        """Queue the partition's log to open (in a worker thread, see :mod:`mq.broker.opener`)."""
         broker = self._broker
-        refusal = broker.limits.refusal(len(broker.partitions), 1)
+        if (topic.name, index) in self._opener:
+            return  # on its way: reconciled once open
+        refusal = broker.limits.refusal(len(broker.partitions) + len(self._opener), 1)
         if refusal is not None:  # the controller refuses this at creation; a reassignment
             # or a limit lowered since a restart may still ask: no file is made
             log.error(
@@ -174,15 +201,10 @@ class ReplicaManager:
                 refusal,
                 extra=partition_extra(topic.name, index),
             )
-            return None
-        directory = broker.config.data_dir / f"{topic.name}-{index}"
+            return
         try:
-            _claim(directory, topic.topic_id)
-            config = topic_log_config(broker.config.log, split_topic_configs(topic.configs)[0])
-            partition = Partition.open(
-                broker.config.data_dir, topic.name, index, config, broker.node_id, broker.keyring
-            )
-        except (MQError, OSError) as exc:
+            config = self._log_config(topic)
+        except MQError as exc:
             log.error(
                 "%s-%d stays offline here: %s",
                 topic.name,
@@ -191,7 +213,36 @@ class ReplicaManager:
                 extra=partition_extra(topic.name, index),
             )
             broker.scrubber.open_failed(topic.name, index)
-            return None
+            return
+        self._opener.submit(topic, index, config)
+
+    def _log_config(self, topic: TopicRecord) -> LogConfig:
+        """The log settings of ``topic``, parsed once for all its partitions."""
+        cached = self._log_configs.get(topic.name)
+        if cached is not None and cached[0] == topic.configs:
+            return cached[1]
+        config = topic_log_config(self._broker.config.log, split_topic_configs(topic.configs)[0])
+        self._log_configs[topic.name] = (dict(topic.configs), config)
+        return config
+
+    def _opened(self, topic: TopicRecord, index: int, opened: OpenedLog | Exception) -> None:
+        """A queued log is open (or failed to): register the partition, then reconcile it
+        with the view as it is now (its topic may have gone, or come back as a new one)."""
+        broker = self._broker
+        key = (topic.name, index)
+        if isinstance(opened, Exception):
+            log.error(
+                "%s-%d stays offline here: %s",
+                topic.name,
+                index,
+                opened,
+                extra=partition_extra(topic.name, index),
+            )
+            broker.scrubber.open_failed(topic.name, index)
+            return
+        partition = Partition(
+            topic.name, index, opened.log, broker.node_id, checkpointed=opened.high_watermark
+        )
         producer_ids.bound_log(partition.log, broker.config)  # a restart agrees with expiry
         partition.on_corrupt = broker.scrubber.report_read
         partition.on_offline = broker.scrubber.log_offline
@@ -199,9 +250,13 @@ class ReplicaManager:
             partition.log.on_flush = broker.metrics.flushed
             partition.on_isr_change = broker.metrics.isr_changed
         partition.start()
-        broker.partitions[(topic.name, index)] = partition
+        broker.partitions[key] = partition
         self._configs[topic.name] = dict(topic.configs)
-        return partition
+        current = broker.view.topics.get(topic.name)
+        if current is not None and current.topic_id != topic.topic_id:
+            self._drop(key)  # opened for a topic deleted since: its files go first
+        self.reconcile(key)
+        broker.view_changed()
 
     def _reconfigure(self, topic: TopicRecord) -> None:
         self._configs[topic.name] = dict(topic.configs)
@@ -274,26 +329,12 @@ class ReplicaManager:
             path.rename(doomed)
             shutil.rmtree(doomed, ignore_errors=True)
 
+    async def wait_opened(self) -> None:
+        """Until every partition queued to open is open (or failed to)."""
+        await self._broker.wait_for_view(lambda: not len(self._opener), OPEN_WAIT_S)
+
     async def stop(self) -> None:
+        await self._opener.stop()
         await asyncio.gather(*(f.stop() for f in self.fetchers.values()))
         self.fetchers.clear()
         await asyncio.gather(*self._dropping.values(), return_exceptions=True)
-
-
-def _claim(directory: Path, topic_id: str) -> None:
-    """Make ``directory`` this topic's: one of an older topic of that name is removed."""
-    marker = directory / TOPIC_ID_FILE
-    if directory.exists():
-        try:
-            found = marker.read_text().strip()
-        except FileNotFoundError:
-            found = topic_id  # from before topic ids were written: adopt it
-        if found != topic_id:
-            log.warning("removing %s: left by an older topic of that name", directory.name)
-            shutil.rmtree(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    if not marker.exists():
-        try:
-            marker.write_text(topic_id + "\n")
-        except OSError as exc:
-            raise StorageError(f"cannot write {marker}: {exc}") from exc

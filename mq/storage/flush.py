@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mq.storage.checkpoint import Checkpoint, write_checkpoint
+from mq.storage.epochs import LeaderEpochCache
 from mq.storage.fileio import FileIO
 from mq.storage.handles import FILES, FileHandle
 from mq.storage.segment import Segment
@@ -39,6 +40,10 @@ class FlushJob:
     active_generation: int
     """Which file ``active_size`` is about (:attr:`mq.storage.chain.SegmentChain.generation`)."""
     checkpoint: Checkpoint | None
+    epochs: LeaderEpochCache | None = None
+    """The leader-epoch file to sync (replaced since its last sync), synced first."""
+    epochs_written: int = 0
+    """Its :attr:`~mq.storage.epochs.LeaderEpochCache.written` when the job was made."""
     error: OSError | None = field(default=None, init=False)
     seconds: float = field(default=0.0, init=False)
     """How long :meth:`run` took (the log's flush-time histogram)."""
@@ -46,6 +51,8 @@ class FlushJob:
     def run(self) -> None:
         started = time.perf_counter()
         try:
+            if self.epochs is not None:
+                self.epochs.sync(self.io)
             for segment in self.sealed:
                 try:
                     segment.sync()

@@ -366,10 +366,12 @@ class Log:
         self.check_online()
         active = self.chain.segments[-1]
         checkpoint = Checkpoint(active.base_offset, False, self.log_start_offset)
+        epochs = self.epochs if self.epochs.unsynced else None
         if (
             not self.chain.unsynced
             and active.size == self.chain.active_synced
             and checkpoint == self.chain.checkpointed
+            and epochs is None
         ):
             return None
         return FlushJob(
@@ -380,6 +382,8 @@ class Log:
             active.size,
             self.chain.generation,
             checkpoint if checkpoint != self.chain.checkpointed else None,
+            epochs,
+            self.epochs.written,
         )
 
     def end_flush(self, job: FlushJob) -> None:
@@ -394,6 +398,8 @@ class Log:
             self.chain.active_synced = max(self.chain.active_synced, job.active_size)
         if job.checkpoint is not None:
             self.chain.checkpointed = job.checkpoint
+        if job.epochs is not None and job.epochs is self.epochs:
+            self.epochs.synced = max(self.epochs.synced, job.epochs_written)
 
     def flush(self) -> None:
         """Sync everything appended so far (blocking)."""

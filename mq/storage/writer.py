@@ -49,6 +49,10 @@ T = TypeVar("T")
 _APPEND = 0
 _REPLICATED = 1
 _CALL = 2
+_THREAD_CALL = 3
+"""A call whose file I/O must not run on the event loop (a new leader epoch's file):
+it runs in a worker thread, in the writer's order: what was queued before it is
+applied first, what was queued after it waits for it."""
 
 
 class LogWriter:
@@ -107,9 +111,13 @@ class LogWriter:
         result: T = await self._submit(_CALL, fn, 0)
         return result
 
-    def submit_call(self, fn: Callable[[Log], T]) -> asyncio.Future[T]:
-        """Queue ``fn(log)`` now (in the writer's order) and return the future of its result."""
-        return self._submit(_CALL, fn, 0)
+    def submit_call(self, fn: Callable[[Log], T], *, in_thread: bool = False) -> asyncio.Future[T]:
+        """Queue ``fn(log)`` now (in the writer's order) and return the future of its result.
+
+        ``in_thread``: ``fn`` does blocking file I/O; it runs in a worker thread
+        (nothing else touches the log meanwhile but readers on the event loop).
+        """
+        return self._submit(_THREAD_CALL if in_thread else _CALL, fn, 0)
 
     async def flush(self) -> None:
         """Sync everything appended so far, whatever the policy."""
@@ -125,7 +133,7 @@ class LogWriter:
         policy = self.log.config.flush
         if (
             self._idle
-            and kind != _CALL
+            and kind < _CALL
             and not self._pending
             and not self._flush_requested
             and policy is not FlushPolicy.ALWAYS
@@ -172,6 +180,10 @@ class LogWriter:
                     self._idle = False
                 continue
             drained, self._pending = self._pending, deque()
+            if any(kind == _THREAD_CALL for kind, *_ in drained):
+                drained = await self._run_thread_call(drained)
+                if not drained:
+                    continue
             if any(kind == _CALL for kind, *_ in drained):
                 async with self._sync_lock:
                     outcomes, appended = self._apply(drained)
@@ -187,6 +199,37 @@ class LogWriter:
             self._complete(outcomes, appended)
             if appended:
                 self._schedule_flush(policy)
+
+    async def _run_thread_call(
+        self, drained: deque[tuple[int, Any, int, asyncio.Future[Any]]]
+    ) -> deque[tuple[int, Any, int, asyncio.Future[Any]]]:
+        """Split ``drained`` at its first thread call: what comes before it is returned
+        (applied now), the rest goes back to the front of the queue; if the thread
+        call comes first, run it (in a worker thread) and return nothing."""
+        head: deque[tuple[int, Any, int, asyncio.Future[Any]]] = deque()
+        while drained[0][0] != _THREAD_CALL:
+            head.append(drained.popleft())
+        drained.extend(self._pending)
+        self._pending = drained
+        if head:
+            return head
+        _, fn, _, future = self._pending.popleft()
+        if future.cancelled():
+            return head
+        async with self._sync_lock:  # no sync job runs under it (as for a call)
+            try:
+                result = await asyncio.get_running_loop().run_in_executor(None, fn, self.log)
+            except MQError as exc:
+                result = exc
+            except Exception as exc:  # a bug must fail its caller, not the partition's task
+                log.exception("%s: unexpected error in the writer", self.log.directory.name)
+                result = exc
+        if not future.done():
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+        return head
 
     def _complete(
         self, outcomes: list[tuple[asyncio.Future[Any], Any]], appended: list[AppendInfo]

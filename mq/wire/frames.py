@@ -73,6 +73,45 @@ def encode_frame(payload: object, max_frame_bytes: int = MAX_FRAME_BYTES) -> byt
         return _LENGTH.pack(size) + view
 
 
+PIECE_DEPTH: Final = 4
+"""How deep :func:`encode_frame_in_pieces` goes into maps and arrays before it packs a
+value whole: a response body's lists of topics and their lists of partitions."""
+
+
+def encode_frame_in_pieces(payload: object, max_frame_bytes: int = MAX_FRAME_BYTES) -> bytes:
+    """:func:`encode_frame`, but packing maps and arrays entry by entry down to
+    :data:`PIECE_DEPTH` (deeper values whole): the same bytes, made by many short calls
+    into msgpack instead of one long one, so that a thread packing a frame of 100,000
+    entries lets other threads take the GIL between them. Slower (a Python call per
+    entry): for big frames made off the event loop."""
+    packer = msgpack.Packer(autoreset=False, use_bin_type=True, datetime=False)
+    _pack_in_pieces(packer, payload, 0)
+    bound = min(max_frame_bytes, _MAX_REPRESENTABLE)
+    with packer.getbuffer() as view:
+        size = len(view)
+        if size > bound:
+            raise FrameTooLargeError(
+                f"the frame's payload is {size} bytes, more than the bound of {bound}"
+            )
+        return _LENGTH.pack(size) + view
+
+
+def _pack_in_pieces(packer: msgpack.Packer, value: object, depth: int) -> None:
+    if depth >= PIECE_DEPTH:
+        packer.pack(value)
+    elif type(value) is dict:
+        packer.pack_map_header(len(value))
+        for key, item in value.items():
+            packer.pack(key)
+            _pack_in_pieces(packer, item, depth + 1)
+    elif type(value) is list or type(value) is tuple:
+        packer.pack_array_header(len(value))
+        for item in value:
+            _pack_in_pieces(packer, item, depth + 1)
+    else:
+        packer.pack(value)
+
+
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
 _MARKER_MAGIC: Final = os.urandom(16)

@@ -39,7 +39,13 @@ from mq.errors import (
     error_for_code,
 )
 from mq.wire import apis as _apis  # noqa: F401  (registers every API)
-from mq.wire.frames import Buffer, encode_frame, encode_frame_parts, marker
+from mq.wire.frames import (
+    Buffer,
+    encode_frame,
+    encode_frame_in_pieces,
+    encode_frame_parts,
+    marker,
+)
 from mq.wire.limits import (
     FRAME_HEADER_BYTES,
     I16_MAX,
@@ -232,6 +238,24 @@ def encode_response(
     frame = encode_frame([correlation_id, error_code, body], max_frame_bytes)
     _check_items(len(frame), [correlation_id, error_code, body])
     return frame
+
+
+def encode_big_response_parts(
+    correlation_id: int,
+    error_code: int,
+    body: object,
+    max_frame_bytes: int = MAX_FRAME_BYTES,
+) -> list[Buffer]:
+    """:func:`encode_response_parts` for a big body, in a worker thread: the same frame,
+    packed in pieces (:func:`~mq.wire.frames.encode_frame_in_pieces`) so that the
+    thread does not hold the GIL for the whole packing."""
+    lifted_body, lifted = _lift_records(body)
+    if lifted:  # record sets (a fetch): packed as on the event loop
+        return encode_response_parts(correlation_id, error_code, body, max_frame_bytes)
+    payload = [correlation_id, error_code, lifted_body]
+    frame = encode_frame_in_pieces(payload, max_frame_bytes)
+    _check_items(len(frame), payload)
+    return [frame]
 
 
 def _check_items(frame_size: int, payload: object) -> None:

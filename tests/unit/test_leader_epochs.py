@@ -8,7 +8,7 @@ from storage_helpers import as_stored, make_batch
 
 from mq.storage.config import KiB, LogConfig
 from mq.storage.epochs import FILE_NAME, UNDEFINED, EpochEntry, LeaderEpochCache
-from mq.storage.fileio import DEFAULT_IO
+from mq.storage.fileio import DEFAULT_IO, FileIO
 from mq.storage.log import Log
 
 CONFIG = LogConfig(segment_bytes=64 * KiB, max_message_bytes=32 * KiB)
@@ -68,3 +68,46 @@ def test_a_log_records_epochs_and_rebuilds_them_from_its_batches(tmp_path: Path)
     assert rebuilt.epochs.entries == [EpochEntry(2, 7)]
     rebuilt.close()
     assert Log.open(tmp_path, CONFIG).epochs.entries == [EpochEntry(2, 7)]
+
+
+class _SyncRecorder(FileIO):
+    """Real file I/O that records which files were fsynced (by name)."""
+
+    def __init__(self) -> None:
+        self.paths: dict[int, str] = {}
+        self.synced: list[str] = []
+
+    def open(self, path: Path, *, create: bool = False, write: bool = True) -> int:
+        fd = super().open(path, create=create, write=write)
+        self.paths[fd] = path.name
+        return fd
+
+    def fsync(self, fd: int) -> None:
+        self.synced.append(self.paths.get(fd, "?"))
+        super().fsync(fd)
+
+
+def test_a_new_epochs_file_is_written_at_once_and_synced_by_the_next_flush(
+    tmp_path: Path,
+) -> None:
+    """A leader change costs no fsync where it happens (the event loop, for 1,000 new
+    partitions at once: issue 18); the log's next flush (a worker thread's job) syncs
+    the file, before the batches it covers are acknowledged as synced."""
+    io = _SyncRecorder()
+    log = Log.open(tmp_path, CONFIG, io=io)
+    io.synced.clear()
+    log.begin_epoch(3)
+    written = LeaderEpochCache.read(tmp_path, io)
+    assert written is not None
+    assert written.entries == [EpochEntry(3, 0)]
+    assert not [name for name in io.synced if name.startswith(FILE_NAME)]  # nor its .tmp
+    log.append(make_batch(0, 3), leader_epoch=3)
+    job = log.begin_flush()
+    assert job is not None
+    job.run()
+    log.end_flush(job)
+    assert FILE_NAME in io.synced
+    io.synced.clear()
+    log.flush()  # nothing new: the file is not synced again
+    assert not [name for name in io.synced if name.startswith(FILE_NAME)]
+    log.close()
