@@ -46,6 +46,7 @@ from pyspark.sql.types import (
 from mq.client.producer import Producer
 from mq.client.sync import LoopThread
 from spark_connector.options import OptionError, WriteOptions
+from spark_connector.security import client_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +191,7 @@ async def _started(options: WriteOptions) -> Producer:
         batch_size=options.batch_size,
         compression_type=options.compression,
         request_timeout_ms=options.request_timeout_ms,
+        **client_kwargs(options.security),
     )
     await producer.start()
     return producer
