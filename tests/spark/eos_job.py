@@ -39,7 +39,7 @@ def main() -> None:
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", per_trigger)
         .load()
-        .selectExpr("key", "value", "headers")
+        .selectExpr("key", "value")
         .writeStream.format("mq")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", sink)

@@ -22,6 +22,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import IO
 
 import pytest
 from client_helpers import consume
@@ -83,6 +84,8 @@ class Run:
         self.produced = 0
         self.job: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.workers_killed = False
+        """Whether the running job's Python workers were killed (it may fail of it)."""
         with SyncAdmin(bootstrap) as admin:
             admin.create_topic(self.source, SOURCE_PARTITIONS)
             admin.create_topic(self.sink, SINK_PARTITIONS)
@@ -108,10 +111,16 @@ class Run:
     def start(self) -> None:
         if self.job is not None and self.job.poll() is None:
             return
+        if self.job is not None and self.job.returncode != 0 and not self.workers_killed:
+            raise AssertionError(f"the job failed by itself:\n{self._log_tail()}")
+        self.workers_killed = False
         if self.written() >= self.produced:  # caught up (or never started): more work
             self.produce()
         self.starts += 1
-        log = (self.logs / f"job-{self.starts}.log").open("wb")
+        with (self.logs / f"job-{self.starts}.log").open("wb") as log:
+            self._popen(log)
+
+    def _popen(self, log: IO[bytes]) -> None:
         self.job = subprocess.Popen(
             [
                 sys.executable,
@@ -156,6 +165,7 @@ class Run:
         workers = python_workers(self.job)
         for pid in workers:
             os.kill(pid, signal.SIGKILL)
+        self.workers_killed = self.workers_killed or bool(workers)
         return bool(workers)
 
     def finish(self) -> None:
