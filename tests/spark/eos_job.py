@@ -43,6 +43,8 @@ def main() -> None:
         .writeStream.format("mq")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", sink)
+        .option("kafka.batch.size", "2048")  # many small requests: writes take a while
+        .option("kafka.linger.ms", "0")
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()

@@ -4,12 +4,13 @@ checkpoint; the target topic ends with every record once (0 duplicates, 0 missin
 
 The query runs as its own process (``eos_job.py``: its own driver JVM, in its own
 session so that a kill takes the whole driver). A kill is made while the sink is
-seen writing: the sink topic's end offsets moved within the last poll, so the
-micro-batch is half-written. ``local[2,4]`` retries a task whose Python worker was
-killed (the retried task resumes after what the killed one wrote); a killed driver
-is started again and replays the micro-batch from the checkpoint.
-``test_exactly_once_under_12_kills`` is ``slow`` (12 kills, ~10 minutes on a loaded
-2-core machine); the CI variant makes 3.
+seen holding part of a micro-batch (every micro-batch has ``PER_TRIGGER``
+records, so a sink total that is not a multiple of it is a half-written one).
+``local[2,4]`` retries a task whose Python worker was killed (the retried task
+resumes after what the killed one wrote); a killed driver is started again and
+replays the micro-batch from the checkpoint. ``test_exactly_once_under_12_kills``
+is ``slow`` (12 kills); the CI variant makes 3 (about 8 minutes on a loaded 2-core
+machine, most of it starting Spark drivers).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from mq.client.types import TopicPartition
 JOB = Path(__file__).with_name("eos_job.py")
 SOURCE_PARTITIONS = 4
 SINK_PARTITIONS = 3
-CHUNK = 12_000
+CHUNK = 16_000
 """Records produced whenever the query has caught up: enough for several micro-batches."""
-PER_TRIGGER = "2000"
+PER_TRIGGER = 4_000
 START_TIMEOUT_S = 600
 """Starting a Spark driver takes 15-80 s on this loaded machine: a bound, not a pace."""
 
@@ -129,7 +130,7 @@ class Run:
                 self.source,
                 self.sink,
                 str(self.checkpoint),
-                PER_TRIGGER,
+                str(PER_TRIGGER),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -140,17 +141,17 @@ class Run:
         return (self.logs / f"job-{self.starts}.log").read_text(errors="replace")[-4000:]
 
     def wait_for_writes(self) -> bool:
-        """Until the sink is seen writing (True), or the job ended (False)."""
+        """Until the sink holds part of a micro-batch (True: the batch is half-written;
+        every micro-batch but a source's last has PER_TRIGGER records), or the job ended
+        (False)."""
         assert self.job is not None
         deadline = time.monotonic() + START_TIMEOUT_S
-        before = self.written()
         while time.monotonic() < deadline:
             if self.job.poll() is not None:
                 return False
-            now = self.written()
-            if now != before:
+            if self.written() % PER_TRIGGER:
                 return True
-            time.sleep(0.05)
+            time.sleep(0.02)
         raise AssertionError(f"the job wrote nothing in {START_TIMEOUT_S}s:\n{self._log_tail()}")
 
     def kill(self, what: str) -> bool:
