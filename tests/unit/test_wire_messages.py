@@ -392,6 +392,7 @@ def test_the_apis_the_broker_needs_are_defined() -> None:
         "queue_receive": 1010,
         "queue_ack": 1011,
         "describe_queue": 1012,
+        "describe_producers": 61,
     }
     assert {a.name: a.key for a in all_apis()} == wanted
     for name, key in wanted.items():
