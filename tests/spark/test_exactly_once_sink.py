@@ -200,20 +200,22 @@ def run_with_kills(bootstrap: str, tmp: Path, name: str, kills: list[str]) -> No
         if run.job is None or run.job.returncode != 0:
             run.job = None
             run.finish()
+        total = run.written()  # every record the sink holds, duplicates included
         values = Counter(
             int(r.value or b"-1")
             for records in asyncio.run(
-                consume(bootstrap, run.sink_tps, run.produced, timeout_s=120)
+                consume(bootstrap, run.sink_tps, total, timeout_s=120)
             ).values()
             for r in records
         )
+        assert sum(values.values()) == total
         duplicates = {v: n for v, n in values.items() if n > 1}
         missing = set(range(run.produced)) - set(values)
         assert not duplicates, (
             f"{len(duplicates)} values written twice, e.g. {list(duplicates)[:5]}"
         )
         assert not missing, f"{len(missing)} values missing, e.g. {sorted(missing)[:5]}"
-        assert sum(values.values()) == run.produced
+        assert total == run.produced
     finally:
         run.close()
 
