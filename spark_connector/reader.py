@@ -124,8 +124,8 @@ def offsets_between(admin: SyncAdmin, options: ReadOptions) -> tuple[Partitioned
             )
         if start[tp] > offset:
             raise OptionError(
-                f"the read starts at {start[tp]} in {tp[0]}-{tp[1]}, after where it ends "
-                f"({offset}): check startingOffsets/endingOffsets (or their timestamps)"
+                f"startingOffsets {start[tp]} is after endingOffsets {offset} for "
+                f"{tp[0]}-{tp[1]} (as resolved from the offset or timestamp options)"
             )
     return start, end
 
