@@ -9,8 +9,8 @@ records, so a sink total that is not a multiple of it is a half-written one).
 ``local[2,4]`` retries a task whose Python worker was killed (the retried task
 resumes after what the killed one wrote); a killed driver is started again and
 replays the micro-batch from the checkpoint. ``test_exactly_once_under_12_kills``
-is ``slow`` (12 kills); the CI variant makes 3 (about 8 minutes on a loaded 2-core
-machine, most of it starting Spark drivers).
+is ``slow`` (12 kills: 3 minutes on a lightly loaded 2-core machine, most of it
+starting Spark drivers); the CI variant makes 3 (2 to 4 minutes).
 """
 
 from __future__ import annotations
