@@ -10,9 +10,21 @@ the wrong thing. Pure: no Spark, no network.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal
+
+from spark_connector.kafka_names import READ_ALIASES, WRITE_ALIASES, OptionError, canonical
+from spark_connector.security import Security, parse_security
+
+__all__ = [
+    "OptionError",
+    "ReadOptions",
+    "WriteOptions",
+    "parse_read_options",
+    "parse_write_options",
+]
 
 DEFAULT_BOOTSTRAP: Final = "127.0.0.1:9292"
 
@@ -34,34 +46,54 @@ cluster is really gone within half a minute instead of hanging."""
 
 _COMMON: Final = {"bootstrap", "topic", "failondataloss", "polltimeoutms", "requesttimeoutms"}
 _READ: Final = _COMMON | {
+    "subscribepattern",
+    "assign",
     "startingoffsets",
+    "startingoffsetsbytimestamp",
+    "startingtimestamp",
+    "startingoffsetsbytimestampstrategy",
     "minpartitions",
+    "maxrecordsperpartition",
     "includeheaders",
     "retrytimeoutms",
     "maxoffsetspertrigger",
+    "minoffsetspertrigger",
+    "maxtriggerdelay",
 }
-_BATCH_READ: Final = _READ | {"endingoffsets"}
-"""A batch read accepts the stream-only ``maxOffsetsPerTrigger`` and ignores it, as
-Spark's Kafka source does."""
-_STREAM_READ: Final = _READ
-_WRITE: Final = {"bootstrap", "topic", "requesttimeoutms", "lingerms", "batchsize", "compression"}
+_ENDING: Final = {"endingoffsets", "endingoffsetsbytimestamp", "endingtimestamp"}
+_BATCH_READ: Final = _READ | _ENDING
+"""A batch read accepts the stream-only ``maxOffsetsPerTrigger`` (and the other trigger
+options) and ignores them, as Spark's Kafka source does."""
+_WRITE: Final = {
+    "bootstrap",
+    "topic",
+    "requesttimeoutms",
+    "lingerms",
+    "batchsize",
+    "compression",
+    "includeheaders",
+}
 _IGNORED: Final = {"path", "checkpointlocation", "queryname"}
 """Spark's own options, which it passes on too: ``load(path)``/``save(path)``
 (a topic is not a path), a streaming query's checkpoint and name."""
+_SUBSCRIPTIONS: Final = ("subscribe", "subscribePattern", "assign")
 
-
-class OptionError(ValueError):
-    """An option of the ``mq`` data source is missing, unknown or malformed."""
+MAX_TRIGGER_DELAY_MS: Final = 15 * 60 * 1000
+"""Default of ``maxTriggerDelay`` (Kafka's): how long ``minOffsetsPerTrigger`` may hold
+a micro-batch back while some records wait."""
 
 
 OffsetSpec = Literal["earliest", "latest"] | dict[str, dict[int, int]]
 """``earliest``, ``latest``, or offsets per topic and partition (-2 earliest, -1 latest)."""
+TimeSpec = int | dict[str, dict[int, int]]
+"""A timestamp (ms) for every partition, or one per topic and partition."""
 
 
 @dataclass(frozen=True)
 class ReadOptions:
     bootstrap: str
     topics: tuple[str, ...]
+    """``subscribe``'s topics, or those ``assign`` names; empty with ``subscribePattern``."""
     starting: OffsetSpec
     ending: OffsetSpec
     min_partitions: int | None
@@ -73,6 +105,27 @@ class ReadOptions:
     """Whether rows have a ``headers`` column (as Kafka's ``includeHeaders``)."""
     retry_timeout_ms: int = RETRY_TIMEOUT_MS
     """How long retriable errors are retried (:mod:`spark_connector.retry`)."""
+    pattern: str | None = None
+    """``subscribePattern``: every topic whose whole name matches (new ones too, in streams)."""
+    assigned: tuple[tuple[str, int], ...] | None = None
+    """``assign``: exactly these partitions."""
+    starting_by_time: TimeSpec | None = None
+    """``startingTimestamp`` or ``startingOffsetsByTimestamp`` (they win over startingOffsets)."""
+    ending_by_time: TimeSpec | None = None
+    timestamp_strategy: Literal["error", "latest"] = "error"
+    """``startingOffsetsByTimestampStrategy``: when no record is that recent, fail or
+    start at the partition's end."""
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = MAX_TRIGGER_DELAY_MS
+    max_records_per_partition: int | None = None
+    security: Security = field(default_factory=Security)
+
+    @property
+    def subscription(self) -> str:
+        """What the query reads, for messages."""
+        if self.pattern is not None:
+            return f"topics matching {self.pattern!r}"
+        return ", ".join(self.topics)
 
 
 @dataclass(frozen=True)
@@ -83,15 +136,17 @@ class WriteOptions:
     linger_ms: int
     batch_size: int
     compression: str | None
+    security: Security = field(default_factory=Security)
 
 
 def parse_read_options(options: Mapping[str, str], mode: Mode) -> ReadOptions:
     """The reader's options for a batch (``spark.read``) or streaming query."""
-    lowered = {str(name).lower() for name in options}
-    if mode == "stream" and "endingoffsets" in lowered:
-        raise OptionError("endingOffsets is for batch reads: a stream has no end")
-    opts = _lowered(options, _BATCH_READ if mode == "batch" else _STREAM_READ, "read")
-    topics = _topics(opts)
+    opts = canonical(options, _BATCH_READ, READ_ALIASES, "read", _IGNORED)
+    if mode == "stream":
+        for name in sorted(_ENDING & set(opts)):
+            spelled = {"endingoffsets": "endingOffsets"}.get(name, name)
+            raise OptionError(f"{spelled} is for batch reads: a stream has no end")
+    topics, pattern, assigned = _subscription(opts)
     starting = _offsets(opts, "startingOffsets", "earliest" if mode == "batch" else "latest")
     ending: OffsetSpec = "latest"
     if mode == "batch":
@@ -100,12 +155,32 @@ def parse_read_options(options: Mapping[str, str], mode: Mode) -> ReadOptions:
             raise OptionError("endingOffsets cannot be 'earliest': use 'latest' or offset JSON")
         if isinstance(ending, dict) and EARLIEST in _all_offsets(ending):
             raise OptionError("endingOffsets cannot name -2 (earliest) for a partition")
-        _check_named_topics("endingOffsets", ending, topics)
-    if starting != "earliest" and isinstance(starting, dict):
-        _check_named_topics("startingOffsets", starting, topics)
+    for name, spec in (("startingOffsets", starting), ("endingOffsets", ending)):
+        if isinstance(spec, dict):
+            _check_named_topics(name, spec, topics, pattern)
+    starting_by_time = _timestamps(opts, "startingTimestamp", "startingOffsetsByTimestamp")
+    ending_by_time = _timestamps(opts, "endingTimestamp", "endingOffsetsByTimestamp")
+    for name, by_time in (
+        ("startingOffsetsByTimestamp", starting_by_time),
+        ("endingOffsetsByTimestamp", ending_by_time),
+    ):
+        if isinstance(by_time, dict):
+            _check_named_topics(name, by_time, topics, pattern)
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise OptionError(
+            f"startingOffsetsByTimestampStrategy is 'error' or 'latest', not {strategy!r}"
+        )
     max_per_trigger = _positive(opts, "maxOffsetsPerTrigger")  # checked, even where ignored
+    min_per_trigger = _positive(opts, "minOffsetsPerTrigger")
+    if max_per_trigger and min_per_trigger and min_per_trigger > max_per_trigger:
+        raise OptionError(
+            f"minOffsetsPerTrigger {min_per_trigger} is above maxOffsetsPerTrigger "
+            f"{max_per_trigger}: no micro-batch could satisfy both"
+        )
+    delay = opts.get("maxtriggerdelay")
     return ReadOptions(
-        bootstrap=opts.get("bootstrap", DEFAULT_BOOTSTRAP),
+        bootstrap=_bootstrap(opts),
         topics=topics,
         starting=starting,
         ending=ending,
@@ -116,51 +191,115 @@ def parse_read_options(options: Mapping[str, str], mode: Mode) -> ReadOptions:
         request_timeout_ms=_positive(opts, "requestTimeoutMs") or 30_000,
         include_headers=_boolean(opts, "includeHeaders", False),
         retry_timeout_ms=_positive(opts, "retryTimeoutMs") or RETRY_TIMEOUT_MS,
+        pattern=pattern,
+        assigned=assigned,
+        starting_by_time=starting_by_time,
+        ending_by_time=ending_by_time if mode == "batch" else None,
+        timestamp_strategy="latest" if strategy == "latest" else "error",
+        min_offsets_per_trigger=min_per_trigger if mode == "stream" else None,
+        max_trigger_delay_ms=MAX_TRIGGER_DELAY_MS
+        if delay is None
+        else duration_ms(delay, "maxTriggerDelay"),
+        max_records_per_partition=_positive(opts, "maxRecordsPerPartition"),
+        security=parse_security(opts),
     )
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     """The writer's options; ``topic`` may instead come from a ``topic`` column."""
-    opts = _lowered(options, _WRITE, "write")
+    opts = canonical(options, _WRITE, WRITE_ALIASES, "write", _IGNORED)
     topic = opts.get("topic")
     if topic is not None and (not topic.strip() or "," in topic):
         raise OptionError(f"topic for writing is one topic name, not {topic!r}")
     compression = opts.get("compression")
+    if compression == "none":  # Kafka's name for no compression
+        compression = None
     if compression is not None and compression not in ("gzip", "snappy", "lz4", "zstd"):
         raise OptionError(f"compression is gzip, snappy, lz4 or zstd, not {compression!r}")
     linger = opts.get("lingerms", "5")
     if not linger.isdigit():
         raise OptionError(f"lingerMs is a whole number of milliseconds >= 0, not {linger!r}")
+    _boolean(opts, "includeHeaders", False)  # checked; a headers column is always written
     return WriteOptions(
-        bootstrap=opts.get("bootstrap", DEFAULT_BOOTSTRAP),
+        bootstrap=_bootstrap(opts),
         topic=topic.strip() if topic else None,
         request_timeout_ms=_positive(opts, "requestTimeoutMs") or 30_000,
         linger_ms=int(linger),
         batch_size=_positive(opts, "batchSize") or 256 * 1024,
         compression=compression,
+        security=parse_security(opts),
     )
 
 
-def _lowered(options: Mapping[str, str], known: set[str], mode: str) -> dict[str, str]:
-    opts = {str(name).lower(): str(value) for name, value in options.items()}
-    unknown = sorted(set(opts) - known - _IGNORED)
-    if unknown:
-        allowed = ", ".join(sorted(known))
+def _bootstrap(opts: Mapping[str, str]) -> str:
+    raw = opts.get("bootstrap", DEFAULT_BOOTSTRAP)
+    if not raw.strip() or any(not part.strip() for part in raw.split(",")):
         raise OptionError(
-            f"unknown option(s) {', '.join(unknown)} for an mq {mode}; "
-            f"the options are (any case): {allowed}"
+            f"kafka.bootstrap.servers (bootstrap) is host:port[,host:port...], not {raw!r}"
         )
-    return opts
+    return raw
 
 
-def _topics(opts: Mapping[str, str]) -> tuple[str, ...]:
-    raw = opts.get("topic")
-    if raw is None:
-        raise OptionError("option 'topic' is required: a topic name or a comma-separated list")
+def _subscription(
+    opts: Mapping[str, str],
+) -> tuple[tuple[str, ...], str | None, tuple[tuple[str, int], ...] | None]:
+    """(topics, pattern, assigned partitions): exactly one of subscribe (``topic``),
+    subscribePattern and assign, as in Kafka's source."""
+    given = [
+        name
+        for name, key in zip(_SUBSCRIPTIONS, ("topic", "subscribepattern", "assign"), strict=True)
+        if key in opts
+    ]
+    if len(given) > 1:
+        raise OptionError(
+            f"options {' and '.join(repr(n) for n in given)} both say what to read: "
+            f"give only one of {', '.join(_SUBSCRIPTIONS)} (subscribe's mq alias is 'topic')"
+        )
+    if not given:
+        raise OptionError(
+            "option 'subscribe' (mq alias 'topic') is required: a topic name or a "
+            "comma-separated list; or 'subscribePattern' (a regex) or 'assign' (JSON)"
+        )
+    if "subscribepattern" in opts:
+        raw = opts["subscribepattern"]
+        if not raw.strip():
+            raise OptionError("subscribePattern is empty")
+        try:
+            re.compile(raw)
+        except re.error as exc:
+            raise OptionError(
+                f"subscribePattern {raw!r} is not a regular expression: {exc}"
+            ) from None
+        return (), raw, None
+    if "assign" in opts:
+        assigned = _assign(opts["assign"])
+        return tuple(dict.fromkeys(t for t, _ in assigned)), None, assigned
+    raw = opts["topic"]
     topics = tuple(dict.fromkeys(t.strip() for t in raw.split(",")))
     if not topics or any(not t for t in topics):
-        raise OptionError(f"option 'topic' has an empty name: {raw!r}")
-    return topics
+        raise OptionError(f"option 'subscribe' (or 'topic') has an empty name: {raw!r}")
+    return topics, None, None
+
+
+def _assign(raw: str) -> tuple[tuple[str, int], ...]:
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict) or not parsed:
+        raise OptionError(
+            f'assign is JSON such as {{"topicA": [0, 1], "topicB": [2]}}, not {raw!r}'
+        )
+    out: list[tuple[str, int]] = []
+    for topic, partitions in parsed.items():
+        if not isinstance(partitions, list) or not all(
+            isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in partitions
+        ):
+            raise OptionError(f"assign: topic {topic!r} must map to a list of partition numbers")
+        out += [(str(topic), p) for p in partitions]
+    if not out:
+        raise OptionError("assign names no partition")
+    return tuple(dict.fromkeys(out))
 
 
 def _offsets(opts: Mapping[str, str], name: str, default: str) -> OffsetSpec:
@@ -175,6 +314,44 @@ def _offsets(opts: Mapping[str, str], name: str, default: str) -> OffsetSpec:
             f'{{"topic": {{"0": 23, "1": -2}}}} (-2 earliest, -1 latest), not {raw!r}'
         ) from None
     return parse_offset_json(parsed, name)
+
+
+def _timestamps(opts: Mapping[str, str], one: str, per_partition: str) -> TimeSpec | None:
+    """``startingTimestamp`` (one time for every partition) wins over
+    ``startingOffsetsByTimestamp`` (JSON per partition), as in Kafka's source."""
+    raw = opts.get(one.lower())
+    if raw is not None:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise OptionError(f"{one} is a time in ms since the epoch (>= 0), not {raw!r}")
+        return value
+    raw = opts.get(per_partition.lower())
+    if raw is None:
+        return None
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        raise OptionError(
+            f'{per_partition} is JSON such as {{"topic": {{"0": 1700000000000}}}}, not {raw!r}'
+        ) from None
+    spec = parse_offset_json(parsed, per_partition)
+    if any(stamp < 0 for stamp in _all_offsets(spec)):
+        raise OptionError(f"{per_partition}: a timestamp is negative")
+    return spec
+
+
+_UNITS: Final = {"ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def duration_ms(raw: str, name: str) -> int:
+    """Spark's time strings: ``500ms``, ``30s``, ``15m``, ``1h``, ``2d``; a bare number is ms."""
+    match = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", raw.lower())
+    if match is None or match.group(2) not in ("", *_UNITS):
+        raise OptionError(f"{name} is a duration such as 500ms, 30s, 15m or 1h, not {raw!r}")
+    return int(match.group(1)) * _UNITS.get(match.group(2), 1)
 
 
 def parse_offset_json(parsed: object, name: str) -> dict[str, dict[int, int]]:
@@ -207,11 +384,21 @@ def _all_offsets(spec: dict[str, dict[int, int]]) -> list[int]:
     return [offset for partitions in spec.values() for offset in partitions.values()]
 
 
-def _check_named_topics(name: str, spec: OffsetSpec, topics: tuple[str, ...]) -> None:
-    if isinstance(spec, dict):
-        extra = sorted(set(spec) - set(topics))
-        if extra:
-            raise OptionError(f"{name} names topic(s) {extra} that option 'topic' does not")
+def _check_named_topics(
+    name: str, spec: dict[str, dict[int, int]], topics: tuple[str, ...], pattern: str | None
+) -> None:
+    if pattern is not None:
+        unmatched = sorted(t for t in spec if not re.fullmatch(pattern, t))
+        if unmatched:
+            raise OptionError(
+                f"{name} names topic(s) {unmatched} that subscribePattern does not match"
+            )
+        return
+    extra = sorted(set(spec) - set(topics))
+    if extra:
+        raise OptionError(
+            f"{name} names topic(s) {extra} that option 'subscribe'/'topic'/'assign' does not"
+        )
 
 
 def _positive(opts: Mapping[str, str], name: str) -> int | None:

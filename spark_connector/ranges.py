@@ -66,15 +66,24 @@ def resolve(
     return out
 
 
-def plan(start: Partitioned, end: Partitioned, min_partitions: int | None) -> list[OffsetRange]:
+def plan(
+    start: Partitioned,
+    end: Partitioned,
+    min_partitions: int | None,
+    max_records: int | None = None,
+) -> list[OffsetRange]:
     """The ranges between ``start`` and ``end`` (empty ones left out); with
-    ``min_partitions`` above their number, the biggest are split into equal
-    pieces until there are that many (or every piece is one record)."""
+    ``max_records`` (``maxRecordsPerPartition``) none holds more records (each range
+    is cut into equal pieces); with ``min_partitions`` above their number, the
+    biggest are split into equal pieces until there are that many (or every piece
+    is one record)."""
     ranges = [
         OffsetRange(topic, partition, offset, end[(topic, partition)])
         for (topic, partition), offset in sorted(start.items())
         if (topic, partition) in end and end[(topic, partition)] > offset
     ]
+    if max_records is not None:
+        ranges = [piece for r in ranges for piece in _cut(r, -(-r.size // max_records))]
     if min_partitions is None or min_partitions <= len(ranges):
         return ranges
     pieces = [1] * len(ranges)
@@ -89,11 +98,13 @@ def plan(start: Partitioned, end: Partitioned, min_partitions: int | None) -> li
         _, i = heapq.heappop(biggest)
         pieces[i] += 1
         heapq.heappush(biggest, (-(ranges[i].size / pieces[i]), i))
-    out: list[OffsetRange] = []
-    for r, n in zip(ranges, pieces, strict=True):
-        bounds = [r.start + r.size * k // n for k in range(n + 1)]
-        out += [OffsetRange(r.topic, r.partition, a, b) for a, b in itertools.pairwise(bounds)]
-    return out
+    return [piece for r, n in zip(ranges, pieces, strict=True) for piece in _cut(r, n)]
+
+
+def _cut(r: OffsetRange, n: int) -> list[OffsetRange]:
+    """``r`` in ``n`` pieces of equal size (give or take one record)."""
+    bounds = [r.start + r.size * k // n for k in range(n + 1)]
+    return [OffsetRange(r.topic, r.partition, a, b) for a, b in itertools.pairwise(bounds)]
 
 
 def rate_limit(start: Partitioned, latest: Partitioned, max_rows: int) -> Partitioned:

@@ -37,9 +37,16 @@ from mq.client.types import TopicPartition
 from mq.errors import OffsetOutOfRangeError
 from spark_connector.columnar import to_arrow_columns
 from spark_connector.options import OptionError, ReadOptions
-from spark_connector.ranges import OffsetRange, Partitioned, plan, resolve
+from spark_connector.planning import (
+    end_offsets,
+    list_offsets,
+    start_offsets,
+    subscribed_partitions,
+)
+from spark_connector.ranges import OffsetRange, Partitioned, plan
 from spark_connector.retry import retrying
 from spark_connector.schema import without_headers
+from spark_connector.security import client_kwargs
 
 T = TypeVar("T")
 
@@ -77,13 +84,12 @@ class MQBatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[RangePartition]:
-        topics = ", ".join(self.options.topics)
         start, end = with_admin(
             self.options,
-            f"planning the read of {topics}",
+            f"planning the read of {self.options.subscription}",
             lambda a: offsets_between(a, self.options),
         )
-        return [RangePartition(*r) for r in plan(start, end, self.options.min_partitions)]
+        return [RangePartition(*r) for r in plan_ranges(self.options, start, end)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RangePartition):
@@ -93,57 +99,33 @@ class MQBatchReader(DataSourceReader):
         return read_range(self.options, OffsetRange(*_fields(partition)))
 
 
+def plan_ranges(options: ReadOptions, start: Partitioned, end: Partitioned) -> list[OffsetRange]:
+    return plan(start, end, options.min_partitions, options.max_records_per_partition)
+
+
 def _fields(p: RangePartition) -> tuple[str, int, int, int]:
     return p.topic, p.partition, p.start, p.end
 
 
-def partitions_of(admin: SyncAdmin, topics: tuple[str, ...]) -> list[tuple[str, int]]:
-    """Every partition of ``topics``; an unknown topic is an error, as in Spark's Kafka source."""
-    partitions, missing = existing_partitions(admin, topics)
+def offsets_between(admin: SyncAdmin, options: ReadOptions) -> tuple[Partitioned, Partitioned]:
+    """The start and end offsets of a batch read, every partition resolved. A
+    subscribed or assigned topic that does not exist is an error, as in Spark's Kafka
+    source; a pattern that matches nothing reads nothing."""
+    partitions, missing = subscribed_partitions(admin, options)
     if missing:
         raise OptionError(f"topic(s) {missing} do not exist")
-    return partitions
-
-
-def existing_partitions(
-    admin: SyncAdmin, topics: tuple[str, ...]
-) -> tuple[list[tuple[str, int]], list[str]]:
-    """Every partition of the topics of ``topics`` that exist, and the names of those
-    that do not."""
-    known = set(admin.list_topics())
-    missing = [t for t in topics if t not in known]
-    return [
-        (tp.topic, tp.partition) for t in topics if t in known for tp in admin.topic_partitions(t)
-    ], missing
-
-
-def list_offsets(
-    admin: SyncAdmin, partitions: list[tuple[str, int]]
-) -> tuple[Partitioned, Partitioned]:
-    """(log start, high watermark) of every partition."""
-    tps = [TopicPartition(t, p) for t, p in partitions]
-    earliest = admin.list_offsets(tps, "earliest")
-    latest = admin.list_offsets(tps, "latest")
-    return (
-        {(tp.topic, tp.partition): o for tp, o in earliest.items()},
-        {(tp.topic, tp.partition): o for tp, o in latest.items()},
-    )
-
-
-def offsets_between(admin: SyncAdmin, options: ReadOptions) -> tuple[Partitioned, Partitioned]:
-    """The start and end offsets of a batch read, every partition resolved."""
-    partitions = partitions_of(admin, options.topics)
     earliest, latest = list_offsets(admin, partitions)
-    start = resolve(options.starting, partitions, earliest, latest, "earliest")
-    end = resolve(options.ending, partitions, earliest, latest, "latest")
+    start = start_offsets(admin, options, partitions, earliest, latest, "earliest")
+    end = end_offsets(admin, options, partitions, earliest, latest)
     for tp, offset in end.items():
         if offset > latest[tp]:
             raise DataLossError(
                 f"endingOffsets asks {tp[0]}-{tp[1]} up to {offset}, past its end {latest[tp]}"
             )
         if start[tp] > offset:
-            raise ValueError(
-                f"startingOffsets {start[tp]} is after endingOffsets {offset} for {tp[0]}-{tp[1]}"
+            raise OptionError(
+                f"startingOffsets {start[tp]} is after endingOffsets {offset} for "
+                f"{tp[0]}-{tp[1]} (as resolved from the offset or timestamp options)"
             )
     return start, end
 
@@ -220,6 +202,7 @@ def read_range(options: ReadOptions, r: OffsetRange) -> Iterator[pa.RecordBatch]
 
 def _consumer(options: ReadOptions) -> SyncConsumer:
     return SyncConsumer(
+        **client_kwargs(options.security),
         bootstrap=options.bootstrap,
         client_id="mq-spark",
         auto_offset_reset="none",
@@ -272,5 +255,8 @@ def with_admin(options: ReadOptions, what: str, call: Callable[[SyncAdmin], T]) 
 
 def admin_for(options: ReadOptions) -> SyncAdmin:
     return SyncAdmin(
-        options.bootstrap, client_id="mq-spark", request_timeout_ms=options.request_timeout_ms
+        options.bootstrap,
+        client_id="mq-spark",
+        request_timeout_ms=options.request_timeout_ms,
+        **client_kwargs(options.security),
     )

@@ -27,6 +27,7 @@ import spark_connector._needs_extra  # noqa: F401  (first: a missing extra is on
 
 # isort: on
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -41,21 +42,19 @@ from pyspark.sql.streaming.datasource import (
 
 from mq.client.sync import SyncAdmin
 from spark_connector.options import OptionError, ReadOptions
+from spark_connector.planning import list_offsets, start_offsets, subscribed_partitions
 from spark_connector.ranges import (
     OffsetRange,
     Partitioned,
     from_json_dict,
-    plan,
     rate_limit,
-    resolve,
     to_json_dict,
 )
 from spark_connector.reader import (
     DataLossError,
     RangePartition,
     admin_for,
-    existing_partitions,
-    list_offsets,
+    plan_ranges,
     read_range,
 )
 from spark_connector.retry import retrying
@@ -71,6 +70,8 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._admin: SyncAdmin | None = None
         self._target: Partitioned | None = None
         """Under Trigger.AvailableNow: the ends this query must reach and not pass."""
+        self._last_batch_at: float | None = None
+        """When the last micro-batch was planned (``maxTriggerDelay``)."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -104,16 +105,19 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         def offsets(
             admin: SyncAdmin,
         ) -> tuple[list[tuple[str, int]], list[str], Partitioned, Partitioned]:
-            partitions, missing = existing_partitions(admin, self.options.topics)
+            partitions, missing = subscribed_partitions(admin, self.options)
             return partitions, missing, *list_offsets(admin, partitions)
 
-        return self._call("listing the offsets of " + ", ".join(self.options.topics), offsets)
+        return self._call("listing the offsets of " + self.options.subscription, offsets)
 
     def initialOffset(self) -> dict[str, Any]:
         partitions, missing, earliest, latest = self._offsets()
         if missing:
             raise OptionError(f"topic(s) {missing} do not exist")
-        start = resolve(self.options.starting, partitions, earliest, latest, "latest")
+        start = self._call(
+            "looking up the starting offsets of " + self.options.subscription,
+            lambda a: start_offsets(a, self.options, partitions, earliest, latest, "latest"),
+        )
         for tp, offset in sorted(start.items()):
             if offset > latest[tp]:
                 where = (
@@ -159,7 +163,28 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = rate_limit(begin, latest, limit.max_rows)
         elif not isinstance(limit, ReadAllAvailable):
             raise ValueError(f"the mq source supports no read limit like {limit!r}")
+        if self._held_back(begin, latest):
+            return to_json_dict(begin)
         return to_json_dict(latest)
+
+    def _held_back(self, begin: Partitioned, end: Partitioned) -> bool:
+        """``minOffsetsPerTrigger``: whether to wait for more records before the next
+        micro-batch (not for longer than ``maxTriggerDelay`` since the last one; never
+        under Trigger.AvailableNow, which must reach its end)."""
+        minimum = self.options.min_offsets_per_trigger
+        now = time.monotonic()
+        if self._last_batch_at is None:
+            self._last_batch_at = now
+        waiting = sum(end[tp] - begin.get(tp, end[tp]) for tp in end)
+        if minimum is None or self._target is not None or waiting == 0:
+            return False
+        if (
+            waiting < minimum
+            and now - self._last_batch_at < self.options.max_trigger_delay_ms / 1000
+        ):
+            return True
+        self._last_batch_at = now
+        return False
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return to_json_dict(self._offsets()[3])
@@ -170,7 +195,7 @@ class MQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if new:  # partitions that appeared in this micro-batch: from their log start
             earliest = self._call("listing new partitions", lambda a: list_offsets(a, new)[0])
             begin = {**begin, **{tp: min(earliest[tp], until[tp]) for tp in new}}
-        return [RangePartition(*r) for r in plan(begin, until, self.options.min_partitions)]
+        return [RangePartition(*r) for r in plan_ranges(self.options, begin, until)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, RangePartition):  # Spark's placeholder: nothing to read

@@ -12,9 +12,11 @@ it is. The schema is checked on the driver, before any task runs.
 
 Each Spark task produces its rows with an idempotent ``acks=all`` producer:
 a retried request never duplicates, and the task ends only when every row is
-acknowledged by all in-sync replicas. As with Spark's Kafka sink, a task that
-Spark itself retries writes its rows again (at least once): a log has no
-transaction to undo a failed task's rows.
+acknowledged by all in-sync replicas. Unlike Spark's Kafka sink (at least
+once), a task that Spark runs again (a retried task, a micro-batch replayed
+after a crash) writes no row twice: its producer's identity is derived from the
+query, the task and the micro-batch, and it resumes after what an earlier
+attempt wrote (:mod:`spark_connector.exactly_once`, with its requirements).
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ import spark_connector._needs_extra  # noqa: F401  (first: a missing extra is on
 
 # isort: on
 import logging
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -45,7 +49,15 @@ from pyspark.sql.types import (
 
 from mq.client.producer import Producer
 from mq.client.sync import LoopThread
+from spark_connector.exactly_once import (
+    BATCH_ID_PROPERTY,
+    QUERY_ID_PROPERTY,
+    Positions,
+    TaskIdentity,
+    stream_task_identity,
+)
 from spark_connector.options import OptionError, WriteOptions
+from spark_connector.security import client_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +103,17 @@ def _expect(fields: dict[str, DataType], name: str, types: Sequence[DataType], w
 class MQBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
+        self.write_id = uuid.uuid4().hex
+        """Made once on the driver: every attempt of a task of this write shares it."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
-        return Written(produce(self.options, iterator))
+        context = TaskContext.get()
+        identity = (
+            None
+            if context is None
+            else TaskIdentity(f"write {self.write_id}", context.partitionId(), 0)
+        )
+        return Written(produce(self.options, iterator, identity))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         rows = sum(m.rows for m in messages if isinstance(m, Written))
@@ -109,7 +129,17 @@ class MQStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
-        return Written(produce(self.options, iterator))
+        context = TaskContext.get()
+        identity = None
+        if context is not None:
+            identity = stream_task_identity(
+                context.partitionId(),
+                context.getLocalProperty(QUERY_ID_PROPERTY),
+                context.getLocalProperty(BATCH_ID_PROPERTY),
+            )
+        if identity is None:
+            log.warning("mq: no streaming query id or batch id in the task: at-least-once write")
+        return Written(produce(self.options, iterator, identity))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to finish: every row was acknowledged before its task ended."""
@@ -118,21 +148,27 @@ class MQStreamWriter(DataSourceStreamArrowWriter):
         log.warning("mq: micro-batch %d failed; rows of tasks that finished stay written", batchId)
 
 
-def produce(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> int:
+def produce(
+    options: WriteOptions, batches: Iterator[pa.RecordBatch], identity: TaskIdentity | None = None
+) -> int:
     """Send every row of ``batches``; return once all are acknowledged (the row count).
 
-    One Arrow batch is sent while the previous one's acknowledgements are
-    awaited, so the producer always has a batch to fill; the first failure
-    fails the task.
+    With an ``identity``, rows an earlier attempt of the task wrote are skipped
+    (:mod:`spark_connector.exactly_once`). One Arrow batch is sent while the
+    previous one's acknowledgements are awaited, so the producer always has a
+    batch to fill; the first failure fails the task.
     """
     thread = LoopThread("mq-spark-writer")
     try:
-        producer = thread.run(_started(options))
+        producer = thread.run(_started(options, None if identity is None else identity.producer()))
+        positions = None if identity is None else Positions(identity.partition)
         try:
             count = 0
             pending: list[Any] = []
             for batch in batches:
                 rows = records_of(batch, options.topic)
+                if positions is not None:
+                    rows = thread.run(_unwritten(producer, positions, rows))
                 sent = thread.run(_send(producer, rows))
                 thread.run(_acknowledged(pending))
                 pending = sent
@@ -140,9 +176,26 @@ def produce(options: WriteOptions, batches: Iterator[pa.RecordBatch]) -> int:
             thread.run(_acknowledged(pending))
         finally:
             thread.run(producer.stop(), 60)
+        if positions is not None and positions.skipped:
+            log.info(
+                "mq: %d rows were written by an earlier attempt of this task: skipped",
+                positions.skipped,
+            )
         return count
     finally:
         thread.close()
+
+
+async def _unwritten(producer: Producer, positions: Positions, rows: list[Row]) -> list[Row]:
+    """The rows an earlier attempt did not write, each with its partition."""
+    out: list[Row] = []
+    for topic, value, key, headers, partition in rows:
+        if not positions.knows(topic):
+            positions.resumed(topic, await producer.resume_sequences(topic))
+        placed, send = positions.place(topic, key, partition)
+        if send:
+            out.append((topic, value, key, headers, placed))
+    return out
 
 
 Row = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes | None]], int | None]
@@ -180,7 +233,7 @@ def _binary(column: pa.Array) -> list[bytes | None]:
     return column.to_pylist()  # type: ignore[no-any-return]
 
 
-async def _started(options: WriteOptions) -> Producer:
+async def _started(options: WriteOptions, identity: tuple[int, int] | None) -> Producer:
     producer = Producer(
         options.bootstrap,
         client_id="mq-spark",
@@ -190,6 +243,8 @@ async def _started(options: WriteOptions) -> Producer:
         batch_size=options.batch_size,
         compression_type=options.compression,
         request_timeout_ms=options.request_timeout_ms,
+        fixed_identity=identity,
+        **client_kwargs(options.security),
     )
     await producer.start()
     return producer

@@ -406,6 +406,9 @@ RULES: dict[int, Rule] = {
     apis_data.FETCH.key: _per_topic(Operation.READ, _partitions()),
     apis_data.LIST_OFFSETS.key: _per_topic(Operation.DESCRIBE, _partitions()),
     apis_data.INIT_PRODUCER_ID.key: init_producer_id,
+    apis_data.DESCRIBE_PRODUCERS.key: _per_topic(  # Kafka's rule: READ on the topic
+        Operation.READ, _partition_ids({"producers": []})
+    ),
     apis_groups.FIND_COORDINATOR.key: group_then(Operation.DESCRIBE, "key"),
     apis_groups.JOIN_GROUP.key: group_then(Operation.READ, "group_id"),
     apis_groups.HEARTBEAT.key: group_then(Operation.READ, "group_id"),

@@ -22,6 +22,7 @@ from mq.broker import (
     handlers_cluster,
     handlers_data,
     handlers_groups,
+    handlers_producers,
     handlers_queues,
     handlers_quotas,
     handlers_replication,
@@ -98,6 +99,7 @@ HANDLERS: dict[int, Handler] = {
     apis_data.FETCH.key: handlers_data.fetch,
     apis_data.LIST_OFFSETS.key: handlers_data.list_offsets,
     apis_data.INIT_PRODUCER_ID.key: handlers_data.init_producer_id,
+    apis_data.DESCRIBE_PRODUCERS.key: handlers_producers.describe_producers,  # issue 23
     apis_replication.REPLICA_FETCH.key: handlers_replication.replica_fetch,
     apis_replication.INTERNAL_APPEND.key: handlers_replication.internal_append,
     apis_replication.BROKER_HELLO.key: gate.broker_hello,

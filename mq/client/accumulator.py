@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final
 
 from mq.client.producer_batch import ProducerBatch
 from mq.client.types import TopicPartition
+from mq.errors import ClientStateError
 from mq.records.compression import CODEC_NONE
 from mq.records.records import BatchBuilder, Header
 
@@ -328,6 +329,15 @@ class RecordAccumulator:
     def queued(self) -> int:
         """Batches waiting in the queues (not in flight)."""
         return sum(len(queue) for queue in self._queues.values())
+
+    def start_sequences(self, sequences: Mapping[TopicPartition, int]) -> None:
+        """The first sequence number of partitions nothing was sent to yet (a producer
+        resuming a fixed identity's sequences)."""
+        for tp, sequence in sequences.items():
+            if self._queues.get(tp) or tp in self._next_sequence:
+                raise ClientStateError(f"{tp} already has batches: its sequence is set")
+            if sequence:
+                self._next_sequence[tp] = sequence
 
     def set_producer_id(self, producer_id: int, epoch: int) -> None:
         """A new producer id or epoch: sequences restart at 0 in every partition.

@@ -27,6 +27,7 @@ from mq.client import acls, users
 from mq.client.admin_quotas import QuotaAdmin
 from mq.client.client import Client
 from mq.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, by_topic, list_offsets
+from mq.client.producer_states import ProducerState, describe_producers
 from mq.client.security import SecurityOptions, security_from
 from mq.client.types import TopicPartition
 from mq.errors import (
@@ -422,6 +423,15 @@ class Admin(QuotaAdmin):
         return sorted(elected)
 
     # -- records and offsets ----------------------------------------------------------------------
+
+    async def describe_producers(
+        self, partitions: Iterable[TopicPartition], producer_ids: Iterable[int] | None = None
+    ) -> dict[TopicPartition, list[ProducerState]]:
+        """Per partition, the idempotent producers its leader remembers (only
+        ``producer_ids`` if given): id, epoch, last sequence, newest batch's time."""
+        return await describe_producers(
+            self._client, partitions, producer_ids, timeout_s=self._timeout_ms / 1000
+        )
 
     async def delete_records(
         self, offsets: Mapping[TopicPartition, int]

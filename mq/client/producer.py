@@ -30,11 +30,13 @@ from mq.client.client import Client
 from mq.client.futures import RecordFuture, SentRecords
 from mq.client.partitioner import DefaultPartitioner, Partitioner, StickyPartitions
 from mq.client.producer_batch import ProducerBatch
+from mq.client.producer_states import describe_producers
 from mq.client.security import SecurityOptions, security_from
 from mq.client.sender import Sender
-from mq.client.types import RecordMetadata
+from mq.client.types import RecordMetadata, TopicPartition
 from mq.errors import (
     ClientStateError,
+    InvalidProducerEpochError,
     RecordTooLargeError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
@@ -71,8 +73,12 @@ class Producer:
         max_block_ms: int = 60_000,
         metadata_max_age_ms: int = 300_000,
         partitioner: Partitioner | None = None,
+        fixed_identity: tuple[int, int] | None = None,
         **security: Unpack[SecurityOptions],
     ) -> None:
+        if fixed_identity is not None and not enable_idempotence:
+            raise ValueError("fixed_identity needs enable_idempotence=True")
+        self._fixed_identity = fixed_identity
         ack_level = -1 if acks == "all" else acks
         if ack_level not in (-1, 0, 1):
             raise ValueError(f"acks must be 'all', -1, 0 or 1, not {acks!r}")
@@ -139,7 +145,10 @@ class Producer:
             return
         await self._client.start()
         try:
-            if self._idempotent:
+            if self._fixed_identity is not None:
+                self._acc.set_producer_id(*self._fixed_identity)
+                self._sender.fixed = True
+            elif self._idempotent:
                 response = await self._client.call_any(
                     INIT_PRODUCER_ID,
                     {"transactional_id": None, "producer_id": -1, "producer_epoch": -1},
@@ -186,6 +195,40 @@ class Producer:
     def producer_id(self) -> int:
         """The idempotent producer's id (-1 when idempotence is off)."""
         return self._acc.producer_id
+
+    async def resume_sequences(self, topic: str) -> dict[int, int]:
+        """With a ``fixed_identity`` (id, epoch): per partition of ``topic``, how many
+        records this id has written there in this epoch (its next sequence number); the
+        producer continues there. Call it before sending anything to ``topic``.
+
+        What makes a task that Spark runs again write each record once
+        (:mod:`spark_connector.exactly_once`): an earlier attempt's records are
+        known by their sequence numbers, so the caller skips that many. A partition
+        whose leader knows a later epoch of this id raises
+        :class:`~mq.errors.InvalidProducerEpochError` (this attempt is fenced).
+        """
+        if self._fixed_identity is None:
+            raise ClientStateError("resume_sequences needs a producer with a fixed_identity")
+        pid, epoch = self._fixed_identity
+        await self._client.wait_for_topics([topic], self._client.request_timeout_s)
+        tps = [TopicPartition(topic, p) for p in self._client.metadata.partitions_for(topic) or ()]
+        states = await describe_producers(
+            self._client, tps, [pid], timeout_s=self._client.request_timeout_s
+        )
+        out: dict[int, int] = {}
+        for tp, producers in states.items():
+            state = next((s for s in producers if s["producer_id"] == pid), None)
+            if state is None or state["producer_epoch"] < epoch:
+                out[tp.partition] = 0
+            elif state["producer_epoch"] > epoch:
+                raise InvalidProducerEpochError(
+                    f"producer {pid} epoch {epoch} is fenced in {tp.topic}-{tp.partition}: "
+                    f"epoch {state['producer_epoch']} has written there since"
+                )
+            else:
+                out[tp.partition] = state["last_sequence"] + 1
+        self._acc.start_sequences({TopicPartition(topic, p): n for p, n in out.items()})
+        return out
 
     # -- sending --------------------------------------------------------------------------------
 

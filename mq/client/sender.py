@@ -88,6 +88,9 @@ class Sender:
         self._room: asyncio.Future[None] | None = None
         self.bump_needed = False
         """Idempotence: a new epoch is needed before fresh batches may go (see above)."""
+        self.fixed = False
+        """The caller fixed the producer id and epoch (``Producer(fixed_identity=...)``):
+        never bump; a batch whose sequence the broker refuses fails for good."""
         client.add_metadata_listener(self.wake)
 
     def start(self) -> None:
@@ -317,6 +320,10 @@ class Sender:
         now = time.monotonic()
         first = batches[0]
         if isinstance(error, UnknownProducerIdError) and self._acc.idempotent:
+            if self.fixed:  # the broker forgot this fixed identity: the caller decides
+                for batch in batches:
+                    self._fail(batch, error)
+                return
             self.bump_needed = True  # the broker forgot this producer: retry in a new epoch
         if error.retriable and first.attempts < self._retries and now < first.deadline:
             self._client.note_error(error)
@@ -336,7 +343,7 @@ class Sender:
     def _fail(self, batch: ProducerBatch, error: MQError) -> None:
         batch.fail(error)
         self._release(batch)
-        if self._acc.idempotent:
+        if self._acc.idempotent and not self.fixed:
             self.bump_needed = True  # its partition's sequence has a gap now
 
     def _release(self, batch: ProducerBatch) -> None:

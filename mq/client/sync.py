@@ -38,6 +38,7 @@ from mq.client.consumer import Consumer
 from mq.client.fetch_buffer import RawRecords
 from mq.client.futures import SentRecords
 from mq.client.producer import Producer
+from mq.client.producer_states import ProducerState
 from mq.client.types import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
 from mq.errors import RequestTimedOutError
 from mq.records.records import Header
@@ -365,6 +366,11 @@ class SyncAdmin(_Wrapper):
         spec: Literal["earliest", "latest"] | int = "latest",
     ) -> dict[TopicPartition, int]:
         return self._thread.run(self._admin.list_offsets(list(partitions), spec))
+
+    def describe_producers(
+        self, partitions: Iterable[TopicPartition], producer_ids: Iterable[int] | None = None
+    ) -> dict[TopicPartition, list[ProducerState]]:
+        return self._thread.run(self._admin.describe_producers(list(partitions), producer_ids))
 
     def delete_records(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         return self._thread.run(self._admin.delete_records(offsets))

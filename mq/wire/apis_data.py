@@ -189,3 +189,49 @@ class InitProducerIdResponse(TypedDict):
 
 
 INIT_PRODUCER_ID = define_api(22, "init_producer_id", InitProducerIdRequest, InitProducerIdResponse)
+
+# -- describe_producers (61, Kafka's key): idempotent producers' state per partition ----------
+# (issue 23: the exactly-once Spark sink reads where an earlier attempt of its task stopped)
+
+MAX_DESCRIBED_PRODUCERS = 1_000
+"""Producer ids one request may filter on: a Spark sink asks for one; a bound on the work."""
+
+
+class DescribeProducersTopic(TypedDict):
+    name: TopicName
+    partitions: Annotated[list[PartitionId], Len(0, limits.MAX_PARTITIONS)]
+
+
+class DescribeProducersRequest(TypedDict):
+    topics: Annotated[list[DescribeProducersTopic], Len(0, limits.MAX_TOPICS)]
+    producer_ids: Annotated[list[I64] | None, Default(None), Len(0, MAX_DESCRIBED_PRODUCERS)]
+    """mq's extension: only these producers (None: every producer the partition knows)."""
+
+
+class ProducerState(TypedDict):
+    producer_id: I64
+    producer_epoch: I16
+    last_sequence: I32
+    """The sequence of the last record the partition appended for it (-1: none)."""
+    last_timestamp: I64
+
+
+class DescribedProducersPartition(TypedDict):
+    partition: PartitionId
+    error: ErrorCode
+    message: ErrorMessage
+    producers: Annotated[list[ProducerState], Len(0, limits.MAX_DECODED_ITEMS)]
+
+
+class DescribedProducersTopic(TypedDict):
+    name: TopicName
+    partitions: Annotated[list[DescribedProducersPartition], Len(0, limits.MAX_PARTITIONS)]
+
+
+class DescribeProducersResponse(TypedDict):
+    topics: Annotated[list[DescribedProducersTopic], Len(0, limits.MAX_TOPICS)]
+
+
+DESCRIBE_PRODUCERS = define_api(
+    61, "describe_producers", DescribeProducersRequest, DescribeProducersResponse
+)

@@ -197,6 +197,11 @@ SPECS: list[Spec] = [
         lambda s: {},
     ),
     Spec(apis_data.INIT_PRODUCER_ID, [(Operation.WRITE, TOPIC, T)], lambda s: {}),
+    Spec(
+        apis_data.DESCRIBE_PRODUCERS,
+        [(Operation.READ, TOPIC, T)],
+        lambda s: {"topics": [{"name": T, "partitions": [0]}]},
+    ),
     Spec(apis_groups.FIND_COORDINATOR, [(Operation.DESCRIBE, GROUP, G)], lambda s: {"key": G}),
     Spec(
         apis_groups.JOIN_GROUP,

@@ -55,7 +55,7 @@ def test_offset_json_is_kafkas_format() -> None:
 @pytest.mark.parametrize(
     ("options", "mode", "message"),
     [
-        ({}, "batch", "option 'topic' is required"),
+        ({}, "batch", "option 'subscribe' (mq alias 'topic') is required"),
         ({"topic": "a,,b"}, "batch", "empty name"),
         ({"topic": "t", "startingOffset": "earliest"}, "batch", "unknown option(s) startingoffset"),
         ({"topic": "t", "endingOffsets": "latest"}, "stream", "endingOffsets is for batch reads"),
@@ -67,7 +67,7 @@ def test_offset_json_is_kafkas_format() -> None:
         ({"topic": "t", "startingOffsets": '{"t": 3}'}, "batch", "must map partitions"),
         ({"topic": "t", "startingOffsets": '{"t": {"x": 3}}'}, "batch", "not a partition number"),
         ({"topic": "t", "startingOffsets": '{"t": {"0": -3}}'}, "batch", "is not an offset"),
-        ({"topic": "t", "startingOffsets": '{"u": {"0": 1}}'}, "batch", "that option 'topic'"),
+        ({"topic": "t", "startingOffsets": '{"u": {"0": 1}}'}, "batch", "names topic"),
         ({"topic": "t", "endingOffsets": "earliest"}, "batch", "cannot be 'earliest'"),
         ({"topic": "t", "endingOffsets": '{"t": {"0": -2}}'}, "batch", "cannot name -2"),
         ({"topic": "t", "minPartitions": "0"}, "batch", "minPartitions is a whole number > 0"),

@@ -399,6 +399,7 @@ def test_the_apis_the_broker_needs_are_defined() -> None:
         "describe_acls": 29,
         "create_acls": 30,
         "delete_acls": 31,
+        "describe_producers": 61,
     }
     assert {a.name: a.key for a in all_apis()} == wanted
     for name, key in wanted.items():
