@@ -147,6 +147,9 @@ def measure(messages: int, size: int, runs: int) -> dict[str, Any]:
         config.write_text(
             f'listeners = ["plaintext://127.0.0.1:{plain_port}", "sasl_ssl://127.0.0.1:{sasl_port}"]\n'
             f'tls_cert = "{cert}"\ntls_key = "{key}"\n'
+            # TLS and SASL are measured here, not the ACLs (the sasl_ssl listener would
+            # turn them on, and the plaintext variant is anonymous)
+            'authorizer = "none"\n'
         )
         addresses = {"plaintext": f"127.0.0.1:{plain_port}", "sasl_ssl": f"127.0.0.1:{sasl_port}"}
         options: dict[str, dict[str, Any]] = {
