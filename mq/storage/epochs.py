@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from mq.storage.fileio import FileIO
+from mq.storage.handles import open_file
 
 FILE_NAME = "leader-epoch.checkpoint"
 _MAGIC = "mq-leader-epochs 1"
@@ -139,7 +140,7 @@ class LeaderEpochCache:
     def sync(self, io: FileIO) -> None:
         """Make the file's last replacement durable (its data, then its directory
         entry). Blocking: a flush job runs it in a worker thread."""
-        fd = io.open(self._path, write=False)
+        fd = open_file(io, self._path, write=False)  # out of descriptors: the cache gives one
         try:
             io.fsync(fd)
         finally:

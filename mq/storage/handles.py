@@ -61,18 +61,18 @@ class DescriptorsExhausted(OSError):
     stay online, unlike a failed write."""
 
 
-def open_file(io: FileIO, path: Path, *, create: bool = False) -> int:
-    """``io.open`` for writing, EMFILE and ENFILE closing the cache and trying once
-    more, then raising :class:`DescriptorsExhausted`."""
+def open_file(io: FileIO, path: Path, *, create: bool = False, write: bool = True) -> int:
+    """``io.open`` (for writing unless told), EMFILE and ENFILE closing the cache and
+    trying once more, then raising :class:`DescriptorsExhausted`."""
     try:
-        return io.open(path, create=create)
+        return io.open(path, create=create, write=write)
     except OSError as exc:
         if exc.errno not in OUT_OF_FDS:
             raise
         log.warning("out of file descriptors opening %s (%s): closing cached files", path, exc)
     FILES.close_unpinned()
     try:
-        return io.open(path, create=create)
+        return io.open(path, create=create, write=write)
     except OSError as exc:
         if exc.errno not in OUT_OF_FDS:
             raise

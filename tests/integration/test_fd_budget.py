@@ -186,7 +186,11 @@ async def test_a_broker_out_of_descriptors_keeps_serving(data_root: Path) -> Non
                 for _ in range(HOG_SOCKETS):  # connected before: the broker's own fds go
                     hogs.append(socket.create_connection((broker.host, broker.port)))
                 await asyncio.sleep(1)
-                assert open_fds(broker.pid) >= HOG_NOFILE - 8  # it did run out
+                # it did run out: every descriptor taken, or already given back by the
+                # cache when a file open (a flush's sync of the leader-epoch file) met EMFILE
+                assert open_fds(broker.pid) >= HOG_NOFILE - 8 or any(
+                    "out of file descriptors" in line for line in broker.output
+                )
                 futures = [
                     await producer.send("hog", value, partition=tp.partition)
                     for tp in tps
