@@ -22,6 +22,8 @@ class _Partition:
 
 
 class _Broker:
+    metrics = None  # no HTTP listener: nothing counted
+
     def __init__(self, partition: _Partition) -> None:
         self._partition = partition
 
