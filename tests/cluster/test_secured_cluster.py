@@ -11,6 +11,7 @@ through an authenticated TLS connection: there is no other listener).
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import subprocess
 import sys
@@ -29,7 +30,14 @@ from mq.client.security import security_from
 from mq.errors import SaslAuthenticationFailedError
 from mq.local_cluster import START_TIMEOUT_S, LocalCluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # A TLS handshake cut short by a killed broker can leave asyncio's raw socket
+    # transport unclosed under CPython 3.11's sslproto: collected (below) and ignored
+    # here, where it happens, instead of failing whichever test the collector runs in.
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+    pytest.mark.filterwarnings("ignore:unclosed transport:ResourceWarning"),
+]
 
 TOPIC = "secured"
 PARTITIONS = 2
@@ -124,6 +132,7 @@ def secured(
         yield cluster, client
     finally:
         cluster.stop()
+        gc.collect()  # the unclosed TLS transports, if any, finalized in this test
 
 
 async def _leader(bootstrap: str, client: dict[str, Any], index: int) -> tuple[int, list[int]]:
