@@ -151,6 +151,11 @@ async def test_ten_thousand_records_over_three_partitions(bootstrap: str) -> Non
     async with asyncio.timeout(TEST_TIMEOUT_S):
         async with admin(bootstrap) as a:
             await a.create_topic(topic, partitions=3)
+            # keyless records go to partitions with a leader: wait until all three have one
+            for _ in range(200):  # bounded: 10 s
+                if all(p.leader >= 0 for p in (await a.describe_topic(topic)).partitions):
+                    break
+                await asyncio.sleep(0.05)
         sent: dict[int, list[bytes]] = defaultdict(list)
         async with Producer(bootstrap, acks=1) as producer:
             futures = [await producer.send(topic, b"m%05d" % i) for i in range(10_000)]
