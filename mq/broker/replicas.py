@@ -239,6 +239,7 @@ class ReplicaManager:
                 extra=partition_extra(topic.name, index),
             )
             broker.scrubber.open_failed(topic.name, index)
+            broker.view_changed()  # no longer opening: a create waiting on it answers
             return
         partition = Partition(
             topic.name, index, opened.log, broker.node_id, checkpointed=opened.high_watermark
