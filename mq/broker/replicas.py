@@ -253,11 +253,13 @@ class ReplicaManager:
         partition.start()
         broker.partitions[key] = partition
         self._configs[topic.name] = dict(topic.configs)
-        current = broker.view.topics.get(topic.name)
-        if current is not None and current.topic_id != topic.topic_id:
-            self._drop(key)  # opened for a topic deleted since: its files go first
-        self.reconcile(key)
-        broker.view_changed()
+        try:
+            current = broker.view.topics.get(topic.name)
+            if current is not None and current.topic_id != topic.topic_id:
+                self._drop(key)  # opened for a topic deleted since: its files go first
+            self.reconcile(key)
+        finally:  # whatever reconciling did, a create waiting on this open must hear of it
+            broker.view_changed()
 
     def _reconfigure(self, topic: TopicRecord) -> None:
         self._configs[topic.name] = dict(topic.configs)
