@@ -36,6 +36,11 @@ METADATA_TOPICS = 100_000
 PRODUCE_ENTRIES = 100_000
 """A produce at its list bound (MAX_PARTITIONS): ~10 MB, a second or more of work."""
 FLOOD_PARTITIONS = 1_000
+WATCH_PAUSE_S = 0.002
+"""Between two looks of the watcher at the broker's partitions. Not 0: a watcher that
+never sleeps keeps the GIL but for the interpreter's 5 ms switch interval, and each of
+the opener threads' many file system calls then waits that long to take it back (the
+1,000 opens took over 300 s in CI instead of a few)."""
 SETTLE_S = 0.1
 """After the big request's bytes are all taken by the broker's kernel, a pause before the
 small request goes, so that the broker has read the big one first: the small one then
@@ -146,7 +151,7 @@ async def test_the_loop_turns_while_a_topics_partitions_are_opened(tmp_path: Pat
                         checked.add(partition.index)
                         if not any(partition.log.directory.glob("*.log")):
                             missing_files.append(partition.name)
-                    await asyncio.sleep(0)
+                    await asyncio.sleep(WATCH_PAUSE_S)
 
             watcher = asyncio.get_running_loop().create_task(watch())
             timeout_ms = TEST_TIMEOUT_S * 1000  # 2,000 fsyncs on a busy disk take a while
