@@ -269,6 +269,18 @@ class BrokerProcess:
     def _name(self) -> str:
         return "the broker" if self.node_id is None else f"broker {self.node_id}"
 
+    def logged(self, text: str, timeout_s: float) -> bool:
+        """Whether a line of its output has ``text``, waiting up to ``timeout_s`` for it:
+        its output is read by a thread, which may not have the line yet when what the
+        broker did after printing it (closing a socket, say) is already seen."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if any(text in line for line in list(self.output)):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_S)
+
     def args(self) -> list[str]:
         """The command line (writing the config file next to the data directory if needed)."""
         args = [sys.executable, "-m", "mq_cli.main"]
