@@ -8,9 +8,7 @@ seen holding part of a micro-batch (every micro-batch has ``PER_TRIGGER``
 records, so a sink total that is not a multiple of it is a half-written one).
 ``local[2,4]`` retries a task whose Python worker was killed (the retried task
 resumes after what the killed one wrote); a killed driver is started again and
-replays the micro-batch from the checkpoint. ``test_exactly_once_under_12_kills``
-is ``slow`` (12 kills: 3 minutes on a lightly loaded 2-core machine, most of it
-starting Spark drivers); the CI variant makes 3 (2 to 4 minutes).
+replays the micro-batch from the checkpoint (:data:`KILLS`).
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ from collections import Counter
 from pathlib import Path
 from typing import IO
 
-import pytest
 from client_helpers import consume
 
 from mq.client.sync import SyncAdmin, SyncProducer
@@ -220,10 +217,12 @@ def run_with_kills(bootstrap: str, tmp: Path, name: str, kills: list[str]) -> No
         run.close()
 
 
-def test_exactly_once_under_driver_and_worker_kills(bootstrap: str, tmp_path: Path) -> None:
-    run_with_kills(bootstrap, tmp_path, "eos-ci", ["worker", "driver", "worker"])
+KILLS = ["worker", "driver"] * 5
+"""Ten kills (issue 23 asks for at least ten), alternating an executor's Python worker and
+the driver: one run, ~3 minutes on a lightly loaded 2-core machine, most of it starting
+Spark drivers. (A separate 3-kill variant ran in CI besides a 12-kill one: it repeated
+the first three kills of the other at the cost of ~100 s, and is gone.)"""
 
 
-@pytest.mark.slow
-def test_exactly_once_under_12_kills(bootstrap: str, tmp_path: Path) -> None:
-    run_with_kills(bootstrap, tmp_path, "eos-slow", ["worker", "driver"] * 6)
+def test_exactly_once_under_10_kills(bootstrap: str, tmp_path: Path) -> None:
+    run_with_kills(bootstrap, tmp_path, "eos", KILLS)
