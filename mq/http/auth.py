@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
-PERMIT_KEY: Final = "mq.permit"
+PERMIT_KEY: Final = web.RequestKey[Permit]("permit")
 """``request[PERMIT_KEY]``: the principal's :data:`~mq.http.auth_rules.Permit` (absent
 when the listener does not authenticate: everything is allowed)."""
 CHALLENGE: Final = {"WWW-Authenticate": 'Basic realm="mq", charset="UTF-8"'}
@@ -106,7 +106,7 @@ def _peer(request: web.Request) -> tuple[str, str]:
 def cut_to_principal(request: web.Request, answer: Any) -> Any:
     """The answer of a listing route cut to what the request's principal may see (the
     answer itself when the listener does not authenticate or the route lists nothing)."""
-    permit: Permit | None = request.get(PERMIT_KEY)
+    permit = request.get(PERMIT_KEY)
     resource = request.match_info.route.resource
     view = VIEWS.get(resource.canonical) if resource is not None else None
     if permit is None or view is None or not isinstance(answer, dict):
