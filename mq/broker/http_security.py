@@ -15,7 +15,10 @@ console) is secured like the binary listeners it sits beside:
   :func:`mq.broker.listeners.check` applies to the binary listeners.
 
 The HTTP listener binds the inter-broker listener's host (what
-:class:`mq.broker.server.Server` passes it), so that is the host checked here.
+:class:`mq.broker.server.Server` passes it), so that is the host checked here. Its
+admin API reads through that listener as a broker (:meth:`mq.broker.peers.Peers.call_node`,
+this node included), so on a SASL one the broker's own SASL user is required even
+on a single node.
 
 Pure functions of the configuration.
 """
@@ -64,6 +67,16 @@ def check(config: BrokerConfig) -> None:
         )
     if config.http_port is None:
         return
+    ib = inter_broker(config, listeners_of(config))
+    if ib.sasl and (
+        config.inter_broker_sasl_username is None or config.inter_broker_sasl_password is None
+    ):
+        raise InvalidConfigError(
+            f"the HTTP admin API reads groups, offsets and records as a broker, through the "
+            f"inter-broker listener ({ib.name}), this node included: set "
+            "inter_broker_sasl_username and inter_broker_sasl_password (a user made with "
+            "`mq user add`) even on a single node"
+        )
     wants_tls = http_auth_on(config) and not is_loopback(http_host(config))
     has_cert = config.tls_cert is not None and config.tls_key is not None
     if http_tls_on(config) and not has_cert:

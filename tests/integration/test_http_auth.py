@@ -17,6 +17,7 @@ HTTP(S) on 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
+import base64
 import ssl
 import time
 import urllib.error
@@ -79,6 +80,10 @@ async def secured(tmp_path: Path) -> AsyncIterator[Running]:
         listeners=("sasl_plaintext://127.0.0.1:0",),
         authorizer="acl",
         super_users=(ROOT[0],),
+        # the admin API reads records and offsets as a broker, over the SASL listener
+        inter_broker_sasl_username=ROOT[0],
+        inter_broker_sasl_password=ROOT[1],
+        inter_broker_sasl_mechanism=MECHANISM,
         http_port=0,
         sasl_failed_authentication_delay_ms=DELAY_MS,
         http_auth_failures_per_ip=1_000,  # the tests' own failures must not lock them out
@@ -113,10 +118,13 @@ async def _get(
     ssl_context: ssl.SSLContext | None = None,
 ) -> tuple[int, Any, dict[str, str]]:
     timeout = aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S)
-    basic = aiohttp.BasicAuth(*auth) if auth is not None else None
+    headers = {}
+    if auth is not None:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
     async with (
         aiohttp.ClientSession(timeout=timeout) as session,
-        session.get(_url(running, path), auth=basic, ssl=ssl_context or False) as response,
+        session.get(_url(running, path), headers=headers, ssl=ssl_context or False) as response,
     ):
         is_json = response.content_type == "application/json"
         body = await response.json() if is_json else await response.read()

@@ -13,6 +13,7 @@ from mq.broker.config import BrokerConfig
 from mq.broker.http_security import http_auth_on, http_tls_on, serves_tls
 from mq.errors import InvalidConfigError
 
+BROKER_USER = {"inter_broker_sasl_username": "broker", "inter_broker_sasl_password": "pw"}
 CERT = {"tls_cert": "cert.pem", "tls_key": "key.pem"}  # checked for presence, loaded at start
 
 
@@ -32,9 +33,10 @@ def test_the_quick_start_stays_open_and_plain(tmp_path: Path) -> None:
     [
         {"authorizer": "acl"},
         {"listeners": ("plaintext://127.0.0.1:0", "sasl_plaintext://127.0.0.1:0")},
+        {"listeners": ("sasl_plaintext://127.0.0.1:0",), **BROKER_USER},
         {"listeners": ("ssl://127.0.0.1:0",), "tls_client_ca": "ca.pem", **CERT},
         # authentication without ACLs: still a password on the binary port, so here too
-        {"listeners": ("sasl_plaintext://127.0.0.1:0",), "authorizer": "none"},
+        {"listeners": ("sasl_plaintext://127.0.0.1:0",), "authorizer": "none", **BROKER_USER},
     ],
 )
 def test_auth_is_on_when_the_broker_authorizes_or_a_listener_authenticates(
@@ -50,7 +52,7 @@ def test_a_tls_listener_without_client_certificates_does_not_authenticate(tmp_pa
 
 
 def test_non_loopback_with_auth_serves_https_with_the_broker_certificate(tmp_path: Path) -> None:
-    secured = config(tmp_path, listeners=("sasl_ssl://10.1.2.3:9093",), **CERT)
+    secured = config(tmp_path, listeners=("sasl_ssl://10.1.2.3:9093",), **BROKER_USER, **CERT)
     assert http_auth_on(secured)
     assert http_tls_on(secured)
     assert serves_tls(secured)
@@ -58,17 +60,30 @@ def test_non_loopback_with_auth_serves_https_with_the_broker_certificate(tmp_pat
 
 def test_non_loopback_with_auth_and_http_tls_off_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidConfigError, match=r"refusing to serve HTTP on 10\.1\.2\.3"):
-        config(tmp_path, listeners=("sasl_ssl://10.1.2.3:9093",), http_tls="off", **CERT)
+        config(
+            tmp_path,
+            listeners=("sasl_ssl://10.1.2.3:9093",),
+            http_tls="off",
+            **BROKER_USER,
+            **CERT,
+        )
 
 
 def test_insecure_allows_clear_http_off_loopback(tmp_path: Path) -> None:
     clear = config(
-        tmp_path, listeners=("sasl_ssl://10.1.2.3:9093",), http_tls="off", insecure=True, **CERT
+        tmp_path,
+        listeners=("sasl_ssl://10.1.2.3:9093",),
+        http_tls="off",
+        insecure=True,
+        **BROKER_USER,
+        **CERT,
     )
     assert http_auth_on(clear)
     assert not serves_tls(clear)
     # no certificate at all, insecure: auto falls back to clear HTTP instead of failing
-    bare = config(tmp_path, listeners=("sasl_plaintext://10.1.2.3:9093",), insecure=True)
+    bare = config(
+        tmp_path, listeners=("sasl_plaintext://10.1.2.3:9093",), insecure=True, **BROKER_USER
+    )
     assert http_tls_on(bare)
     assert not serves_tls(bare)
 
@@ -105,3 +120,15 @@ def test_without_an_http_port_nothing_is_asked(tmp_path: Path) -> None:
 def test_the_bounds_are_range_checked(tmp_path: Path, key: str, value: int) -> None:
     with pytest.raises(InvalidConfigError, match=key):
         config(tmp_path, **{key: value})
+
+
+def test_a_sasl_inter_broker_listener_needs_the_broker_user_for_the_admin_api(
+    tmp_path: Path,
+) -> None:
+    # the admin API reads through the broker's own connection to itself
+    with pytest.raises(InvalidConfigError, match="inter_broker_sasl_username"):
+        config(tmp_path, listeners=("sasl_plaintext://127.0.0.1:0",))
+    # an inter-broker listener that is not SASL needs no user (the plaintext one first)
+    config(tmp_path, listeners=("plaintext://127.0.0.1:0", "sasl_plaintext://127.0.0.1:0"))
+    # and no HTTP listener, no such need
+    BrokerConfig(data_dir=tmp_path, listeners=("sasl_plaintext://127.0.0.1:0",))
