@@ -78,11 +78,10 @@ async def test_the_console_asks_who_you_are_and_shows_refusals(
     async with asyncio.timeout(TEST_TIMEOUT_S):
         anonymous = await browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
         try:
-            page = await anonymous.new_page()
-            response = await page.goto(f"{secured.http_url}/")
-            assert response is not None
+            # (a navigation is aborted by a headless browser with no one to ask)
+            response = await anonymous.request.get(f"{secured.http_url}/")
             assert response.status == 401
-            assert (await response.header_value("www-authenticate") or "").startswith("Basic")
+            assert response.headers["www-authenticate"].startswith("Basic")
         finally:
             await anonymous.close()
 
