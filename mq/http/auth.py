@@ -32,10 +32,10 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from mq.acl.model import Operation, ResourceType
 from mq.broker.authorizer import Authorizer, refusal
@@ -47,9 +47,6 @@ from mq.http.auth_verify import BasicVerifier, Throttled
 
 if TYPE_CHECKING:
     from mq.broker.broker import Broker
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 PERMIT_KEY: Final = web.RequestKey[Permit]("permit")
 """``request[PERMIT_KEY]``: the principal's :data:`~mq.http.auth_rules.Permit` (absent
