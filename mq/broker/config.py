@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from mq.broker import http_security
 from mq.broker import listeners as listener_specs
 from mq.config_values import parse_int
 from mq.errors import InvalidConfigError
@@ -300,6 +301,26 @@ class BrokerConfig:
     inter_broker_sasl_username: str | None = None
     inter_broker_sasl_password: str | None = field(default=None, repr=False)
     """The broker's own SASL credentials on a SASL inter-broker listener. Never logged."""
+    # -- HTTP listener authentication (issues 19/21: mq.broker.http_security, mq.http.auth) --
+    http_tls: str = "auto"
+    """TLS on the HTTP listener: ``auto`` (the default) when it authenticates (HTTP Basic:
+    the password travels in every request) and its host is not loopback; ``on`` always;
+    ``off`` never (refused where ``auto`` would use TLS, unless ``insecure``). It uses
+    :attr:`tls_cert` and :attr:`tls_key`."""
+    http_auth_cache_entries: int = 1_024
+    """Successful HTTP Basic logins remembered (a keyed hash of the credentials, never the
+    password), so that a console polling every 2 s does not cost a PBKDF2 (~5-20 ms of
+    CPU) per request; past it the least recently used is forgotten. 1,024 x ~200 bytes."""
+    http_auth_cache_ttl_ms: int = 60_000
+    """How long a remembered HTTP login is trusted without deriving the password again
+    (a changed or deleted user is forgotten at once, whatever this says)."""
+    http_auth_failures_per_ip: int = 10
+    """Failed HTTP logins one client address may make per
+    :attr:`http_auth_failure_window_ms`; past it the address is answered 429 without
+    checking anything until the window ends: guessing passwords stays slow, and one
+    client cannot spend the broker's CPU on PBKDF2."""
+    http_auth_failure_window_ms: int = 60_000
+    """The window of :attr:`http_auth_failures_per_ip`."""
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
@@ -383,6 +404,7 @@ class BrokerConfig:
                 raise InvalidConfigError(f"{name} must be a list of strings, got {values!r}")
             object.__setattr__(self, name, tuple(values))
         listener_specs.check(self)
+        http_security.check(self)
         if self.metadata is not None and not self.metadata.startswith("etcd://"):
             raise InvalidConfigError(f"metadata must be etcd://HOST:PORT, got {self.metadata!r}")
 
@@ -451,6 +473,10 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     # identity (issue 19)
     "sasl_failed_authentication_delay_ms": (0, 10_000),
     "sasl_authenticate_timeout_ms": (100, 600_000),
+    "http_auth_cache_entries": (1, 1 << 20),
+    "http_auth_cache_ttl_ms": (0, 86_400_000),
+    "http_auth_failures_per_ip": (1, 1 << 20),
+    "http_auth_failure_window_ms": (1_000, 86_400_000),
     # files
     "max_open_files": (1, 1 << 24),
     "fd_reserve": (0, 1 << 24),

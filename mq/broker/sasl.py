@@ -174,7 +174,20 @@ def check_plain(
     return name, password, credential, mechanism
 
 
-def _plain_matches(password: str, credential: ScramCredential, mechanism: str) -> bool:
+def credential_for(
+    name: str, credentials: CredentialCache, secret: bytes
+) -> tuple[ScramCredential, str, bool]:
+    """The credential a password for ``name`` is checked against, its mechanism, and
+    whether the user exists: an unknown user gets a stable fake one, so that checking
+    costs the same PBKDF2 either way (PLAIN, and the HTTP listener's Basic auth)."""
+    mechanism = credentials.mechanism_of(name) or SCRAM_MECHANISMS[0]
+    found = credentials.get(name, mechanism)
+    return found or _fake_credential(secret, mechanism, name), mechanism, found is not None
+
+
+def password_matches(password: str, credential: ScramCredential, mechanism: str) -> bool:
+    """Whether ``password`` derives ``credential``'s stored key (PBKDF2: a few ms; run it
+    in a worker thread)."""
     derived = make_credential(
         mechanism, password, iterations=credential.iterations, salt=credential.salt
     )
@@ -250,7 +263,7 @@ async def _step(broker: Broker, session: SaslSession, message: bytes) -> tuple[s
     name, password, credential, mechanism = check_plain(
         message, broker.scram_credentials, broker.credentials.secret
     )
-    matches = await asyncio.to_thread(_plain_matches, password, credential, mechanism)
+    matches = await asyncio.to_thread(password_matches, password, credential, mechanism)
     if not matches or broker.scram_credentials.get(name, mechanism) is None:
         raise _Failed("wrong password or unknown user")
     return name, b"", True

@@ -228,7 +228,7 @@ class Server:
         if config.http_port is not None:
             from mq.http.listener import HttpListener  # aiohttp, prometheus: only if asked
 
-            self.http = HttpListener(self.broker, host, config.http_port)
+            self.http = HttpListener(self.broker, host, config.http_port, self.authorizer)
             await self.http.start()
         log.info("mq broker %d listening on %s:%d", config.node_id, host, port)
         return host, port

@@ -17,8 +17,11 @@ constants of :mod:`mq.http.admin_data`, :mod:`mq.http.admin_queues` and
 :mod:`mq.http.browse`). Rates are left to the reader: the answers carry ``time_ms``
 and cumulative offsets and sizes, and the console differentiates successive polls.
 
-Actions (create, delete, reset offsets, redrive) are not served: they come with the
-HTTP listener's authentication and ACLs.
+Actions (create, delete, reset offsets, redrive) are not served yet. When the
+broker's security is on, every route needs a user and the ACLs the binary APIs
+reading the same data need (:mod:`mq.http.auth`, :mod:`mq.http.auth_rules`):
+handlers never check permissions; the lists are cut to the principal after the
+shared answer.
 
 Answers are shared (:mod:`mq.http.shared`): one computation per path and query
 per second, however many consoles poll it.
@@ -39,7 +42,7 @@ from mq.errors import (
     MQError,
     UnknownTopicOrPartitionError,
 )
-from mq.http import admin_data, admin_queues, browse
+from mq.http import admin_data, admin_queues, auth, browse
 from mq.http.shared import SharedAnswers
 
 if TYPE_CHECKING:
@@ -88,7 +91,9 @@ def add_routes(app: web.Application, broker: Broker) -> None:
             # client's cache buster) do not make it computed again
             key = f"{request.path}?limit={request.query.get('limit', '')}"
             try:
-                return _json(await shared.get(key, lambda: answer(request)))
+                shared_answer = await shared.get(key, lambda: answer(request))
+                # a listing is cut to what the principal may see (mq.http.auth_rules)
+                return _json(auth.cut_to_principal(request, shared_answer))
             except (MQError, OSError, TimeoutError) as exc:
                 return _failure(exc)
 

@@ -11,8 +11,9 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from mq.broker.authorizer import Authorizer
 from mq.broker.broker import Broker
-from mq.http import admin_api, console_routes, health, metrics
+from mq.http import admin_api, auth, console_routes, health, metrics
 
 BROKER_KEY = web.AppKey("broker", Broker)
 """``request.app[BROKER_KEY]``: the broker an HTTP handler serves."""
@@ -28,9 +29,14 @@ ROUTE_GROUPS: list[RouteGroup] = [
 """Each module's ``add_routes``; append a group here to serve it."""
 
 
-def make_app(broker: Broker) -> web.Application:
-    """The application serving ``broker``: every route group's routes."""
-    app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+def make_app(broker: Broker, authorizer: Authorizer | None = None) -> web.Application:
+    """The application serving ``broker``: every route group's routes, behind the
+    authentication and ACLs of :mod:`mq.http.auth` when the broker's security asks for
+    them (then ``authorizer``, the broker's, is required)."""
+    middleware = auth.make_middleware(broker, authorizer)
+    app = web.Application(
+        client_max_size=MAX_REQUEST_BYTES, middlewares=[middleware] if middleware else []
+    )
     app[BROKER_KEY] = broker
     for add_routes in ROUTE_GROUPS:
         add_routes(app, broker)

@@ -8,6 +8,11 @@
   are JSON with the reasons, so a probe's failure says why.
 
 Both read the broker's state in place: O(partitions) per call, no I/O.
+
+Both stay anonymous when the listener authenticates (:mod:`mq.http.auth`: an
+orchestrator's probe has no password), and then say nothing a stranger should not
+learn: ``/readyz``'s reasons are counted by kind (``3 partitions: follower not caught
+up``) without topic names or error details (:func:`summary`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from mq.broker.broker import Broker
+from mq.broker.http_security import http_auth_on
 
 MAX_REASONS = 20
 """Reasons listed in a /readyz answer (with the count of the others): a broker with
@@ -45,14 +51,32 @@ def readiness(broker: Broker) -> list[str]:
     return reasons
 
 
+def summary(reasons: list[str]) -> list[str]:
+    """The reasons without names or details: per kind, how many partitions have it."""
+    kinds: dict[str, int] = {}
+    out: list[str] = []
+    for reason in reasons:
+        _, sep, why = reason.partition(": ")
+        if not sep:
+            out.append(reason)
+            continue
+        kind = why.split(" (", 1)[0]
+        kinds[kind] = kinds.get(kind, 0) + 1
+    out += [f"{n} partition{'s' if n > 1 else ''}: {kind}" for kind, n in kinds.items()]
+    return out
+
+
 def add_routes(app: web.Application, broker: Broker) -> None:
     """``GET /healthz`` and ``GET /readyz``."""
+    public = http_auth_on(broker.config)  # then anyone may ask: no names
 
     async def healthz(request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "node_id": broker.node_id})
 
     async def readyz(request: web.Request) -> web.Response:
         reasons = readiness(broker)
+        if public:
+            reasons = summary(reasons)
         body: dict[str, Any] = {
             "status": "ready" if not reasons else "not ready",
             "node_id": broker.node_id,

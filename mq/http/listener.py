@@ -1,5 +1,9 @@
 """The HTTP listener: serves :func:`mq.http.app.make_app` on the broker's host.
 
+HTTPS with the binary TLS listeners' certificate and context
+(:func:`mq.broker.listeners.server_context`, client certificates not asked for: the
+HTTP listener authenticates with Basic) when :mod:`mq.broker.http_security` says so.
+
 Bound to the main listener's host (so a broker on 127.0.0.1 exposes nothing
 else), on ``http_port`` (0: a free port, see :attr:`HttpListener.port`). It runs
 on the broker's event loop: its handlers must stay short (reads of in-memory
@@ -9,10 +13,14 @@ state, no blocking calls).
 from __future__ import annotations
 
 import logging
+import ssl
 
 from aiohttp import web
 
+from mq.broker import http_security
+from mq.broker.authorizer import Authorizer
 from mq.broker.broker import Broker
+from mq.broker.listeners import server_context
 from mq.http.app import make_app
 
 log = logging.getLogger(__name__)
@@ -27,8 +35,13 @@ a scraper every 15 s keeps one connection)."""
 class HttpListener:
     """The broker's HTTP server; :meth:`start` binds, :meth:`stop` closes."""
 
-    def __init__(self, broker: Broker, host: str, port: int) -> None:
+    def __init__(
+        self, broker: Broker, host: str, port: int, authorizer: Authorizer | None = None
+    ) -> None:
         self.broker = broker
+        self.authorizer = authorizer
+        self.tls = http_security.serves_tls(broker.config)
+        """Whether it serves HTTPS (:mod:`mq.broker.http_security`)."""
         self.host = host
         self.port = port
         """The port asked for until :meth:`start`; then the port actually bound."""
@@ -37,7 +50,7 @@ class HttpListener:
     async def start(self) -> tuple[str, int]:
         """Bind and serve; the address actually bound."""
         runner = web.AppRunner(
-            make_app(self.broker),
+            make_app(self.broker, self.authorizer),
             access_log=None,  # a scraper every second must not fill the log
             shutdown_timeout=SHUTDOWN_TIMEOUT_S,
             keepalive_timeout=KEEPALIVE_TIMEOUT_S,
@@ -45,10 +58,20 @@ class HttpListener:
         )
         await runner.setup()
         self._runner = runner
-        site = web.TCPSite(runner, self.host, self.port, reuse_address=True)
+        tls = None
+        if self.tls:
+            tls = server_context(self.broker.config)
+            tls.verify_mode = ssl.CERT_NONE  # no client certificate asked: Basic says who
+        site = web.TCPSite(runner, self.host, self.port, reuse_address=True, ssl_context=tls)
         await site.start()
         self.port = runner.addresses[0][1]
-        log.info("mq broker %d HTTP listening on %s:%d", self.broker.node_id, self.host, self.port)
+        log.info(
+            "mq broker %d HTTP%s listening on %s:%d",
+            self.broker.node_id,
+            "S" if self.tls else "",
+            self.host,
+            self.port,
+        )
         return self.host, self.port
 
     def open_connections(self) -> int:

@@ -8,11 +8,31 @@ const routes = { ...views, browse };
 let current = null; // {key, update}
 let timer = null;
 
+// What the status line says for the HTTP listener's refusals (mq.http.auth): the
+// browser sends the user and password it asked for the page with every fetch.
+const REFUSED = {
+  401: "not signed in: reload the page and give a user name and password of this broker",
+  403: "not allowed",
+  429: "too many failed logins from this address: wait a minute, then reload",
+};
+
 export async function api(path) {
-  const response = await fetch(`/api/${path}`, { headers: { Accept: "application/json" } });
-  const body = await response.json();
-  if (!response.ok) throw new Error(`${body.error}: ${body.message}`);
-  return body;
+  const response = await fetch(`/api/${path}`, {
+    headers: { Accept: "application/json" },
+    credentials: "same-origin",
+  });
+  let body = null;
+  try {
+    body = await response.json();
+  } catch {
+    // not JSON (a proxy's page, a cut connection): the status says what happened
+  }
+  if (response.ok && body !== null) return body;
+  const said = body && body.message ? body.message : `HTTP ${response.status}`;
+  if (response.status in REFUSED) {
+    throw new Error(response.status === 403 ? `${REFUSED[403]}: ${said}` : REFUSED[response.status]);
+  }
+  throw new Error(body && body.error ? `${body.error}: ${body.message}` : said);
 }
 
 function route() {
