@@ -4,14 +4,18 @@ Both live in the :class:`~mq.replication.store.MetadataStore` under the
 broker's lease, so they vanish when the broker stops refreshing it (a crash,
 a partition from etcd):
 
-* ``/brokers/<node id>``: the broker's advertised address, created only if
-  absent, so two live brokers cannot claim one node id;
+* ``/brokers/<node id>``: the broker's advertised address (its listeners, and its
+  HTTP listener's address when it has one), created only if absent, so two live
+  brokers cannot claim one node id;
 * ``/controller``: the controller's node id, created only if absent. The
   revision that created it is the **controller epoch**: the controller guards
   each of its writes with ``Compare("/controller", epoch)``, so once another
   broker has taken over, every write of the old one fails.
 
-Values are msgpack.
+Values are msgpack. A registration is a list of fields, a newer version appending
+its own: ``[node_id, host, port, max_partitions, endpoints, http]`` (``http``:
+``[host, port, scheme]`` or nil). Each version reads the fields it knows and
+defaults the ones an older broker did not write.
 
 Thread safety: one event loop.
 """
@@ -34,6 +38,27 @@ class NodeIdInUseError(MQError):
     """Another live broker is registered with this node id (local)."""
 
 
+class HttpEndpoint(NamedTuple):
+    """Where a broker serves HTTP (``/metrics``, ``/healthz``, the console): what a
+    Prometheus service discovery or a console needs to find every broker's."""
+
+    host: str
+    port: int
+    scheme: str = "http"
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+    @classmethod
+    def decode(cls, value: Any) -> HttpEndpoint | None:
+        """From a registration's field: [host, port, scheme] or nil (no HTTP listener)."""
+        if value is None:
+            return None
+        return cls(str(value[0]), int(value[1]), str(value[2]) if len(value) > 2 else "http")
+
+
 class BrokerInfo(NamedTuple):
     node_id: int
     host: str
@@ -45,14 +70,25 @@ class BrokerInfo(NamedTuple):
     """Every listener of the broker as (name, host, port) (:mod:`mq.broker.listeners`);
     ``host``/``port`` are the inter-broker listener's. Empty: a broker of an older
     version, reachable only at ``host``/``port``."""
+    http: HttpEndpoint | None = None
+    """The broker's HTTP listener (metrics, health, console, admin API) when it has one
+    (``http_port``); None: it has none, or it is a broker of an older version."""
 
     @classmethod
     def decode(cls, value: bytes) -> BrokerInfo:
-        """A registration as :func:`register` wrote it (endpoints as tuples)."""
-        fields = msgpack.unpackb(value)
+        """A registration as :func:`register` wrote it (endpoints as tuples). Fields a
+        later version appends are ignored; those an older one lacks take their default."""
+        fields = msgpack.unpackb(value)[: len(cls._fields)]
         if len(fields) > 4:
             fields[4] = tuple(tuple(endpoint) for endpoint in fields[4])
+        if len(fields) > 5:
+            fields[5] = HttpEndpoint.decode(fields[5])
         return cls(*fields)
+
+    @property
+    def http_url(self) -> str | None:
+        """``http://host:port`` of its HTTP listener (None: it has none)."""
+        return self.http.url if self.http is not None else None
 
 
 class Controller(NamedTuple):
@@ -67,8 +103,9 @@ def broker_key(node_id: int) -> str:
 
 async def register(store: MetadataStore, info: BrokerInfo, lease: Lease) -> int:
     """Register a live broker under ``lease``; the revision. Refused if the id is taken."""
+    http = list(info.http) if info.http is not None else None
     value = msgpack.packb(
-        [info.node_id, info.host, info.port, info.max_partitions, list(info.endpoints)]
+        [info.node_id, info.host, info.port, info.max_partitions, list(info.endpoints), http]
     )
     key = broker_key(info.node_id)
     revision = await store.commit([Compare(key, 0)], [Put(key, value, lease.id)])
