@@ -49,7 +49,7 @@ async def test_a_registration_carries_the_http_endpoint_and_old_ones_still_load(
     store: MetadataStore,
 ) -> None:
     """Issue 21: the HTTP listener's address is registered; a registration written by
-    an older version (no such field) loads with none."""
+    an older version (no HTTP endpoint) loads with none."""
     lease = await store.grant_lease(5_000)
     listeners = (("PLAINTEXT", "127.0.0.1", 9001),)
     http = HttpEndpoint("127.0.0.1", 8081)
