@@ -25,6 +25,7 @@ from typing import Any, cast
 import click
 
 from mq.client.client import Client
+from mq.client.metadata import http_url
 from mq.errors import error_for_code
 from mq.local_cluster import (
     NODE_KEYS,
@@ -75,6 +76,7 @@ def cluster_status(metadata: Mapping[str, Any]) -> dict[str, Any]:
             "port": b["port"],
             "rack": b.get("rack"),
             "controller": b["node_id"] == controller_id,
+            "http_url": http_url(b.get("http")),
         }
         for b in sorted(metadata["brokers"], key=lambda b: b["node_id"])
     ]
@@ -178,12 +180,14 @@ def status_lines(status: Mapping[str, Any]) -> list[str]:
         [
             b["node_id"],
             f"{b['host']}:{b['port']}",
+            b.get("http_url") or "-",
             b["rack"] or "-",
             "controller" if b["controller"] else "",
         ]
         for b in status["brokers"]
     ]
-    lines += ["  " + line for line in table_lines(broker_rows, ["NODE", "ADDRESS", "RACK", "ROLE"])]
+    headers = ["NODE", "ADDRESS", "HTTP", "RACK", "ROLE"]
+    lines += ["  " + line for line in table_lines(broker_rows, headers)]
     lines.append("")
     rows: list[list[Any]] = []
     for topic in status["topics"]:

@@ -69,7 +69,7 @@ from mq.replication.controller import ControllerSeat
 from mq.replication.etcd_store import EtcdStore
 from mq.replication.hello import BrokerCredentials, cluster_secret
 from mq.replication.local_store import LocalStore
-from mq.replication.membership import BrokerInfo, NodeIdInUseError
+from mq.replication.membership import BrokerInfo, HttpEndpoint, NodeIdInUseError
 from mq.replication.scram_store import CredentialCache
 from mq.replication.store import CompactedError, Lease, MetadataStore
 from mq.replication.throttle import TokenBucket
@@ -130,6 +130,8 @@ class Broker:
         self.advertised: tuple[str, int] = (config.host, config.port)
         self.endpoints: list[tuple[str, str, int]] = []
         """Every listener as (name, host, port), registered with the broker (issue 19)."""
+        self.http_endpoint: HttpEndpoint | None = None
+        """The HTTP listener's address, registered with the broker (issue 21)."""
         self.scram_credentials = CredentialCache(self.store)
         """The users' SCRAM credentials, kept up to date from the store (issue 19)."""
         self.producer_ids = ProducerIdAllocator(self.store, config.data_dir)
@@ -232,7 +234,14 @@ class Broker:
         while True:
             self.seat = ControllerSeat(
                 self.store,
-                BrokerInfo(self.node_id, host, port, self.limits.max_partitions, self.endpoints),
+                BrokerInfo(
+                    self.node_id,
+                    host,
+                    port,
+                    self.limits.max_partitions,
+                    self.endpoints,
+                    self.http_endpoint,
+                ),
                 self._lease,
             )
             try:

@@ -24,6 +24,9 @@ Two separate brakes (both bounded, both undone as soon as the cause goes):
 - *The throttle brake* (issue 20, :mod:`mq.broker.throttling`): a client over its
   quota gets its response with ``throttle_time_ms`` and then neither its frames
   are dispatched nor its socket read for that long (Kafka's muted channel).
+  Failed requests count and are answered so too, those refused before their
+  handler included (undecodable, or refused at the gate: a flood of
+  unauthorized requests is not free).
 - *Reading is paused* when those waiting frames reach their bound, when the
   broker-wide memory budget (:class:`~mq.broker.admission.MemoryBudget`)
   cannot cover the frame in progress (its declared length is reserved as soon
@@ -48,6 +51,7 @@ Not thread-safe: every method runs on the event loop's thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import select
@@ -60,7 +64,7 @@ from mq.broker.audit import AUDITED_APIS
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext
 from mq.broker.listeners import Listener, plaintext_check, tls_identity
-from mq.broker.throttling import Timed, charge, needs_time
+from mq.broker.throttling import Timed, charge, charge_refused, needs_time, throttle_ms
 from mq.errors import MQError, ProtocolError
 from mq.wire import apis_data
 from mq.wire.apis_quotas import THROTTLE_TIME_KEY
@@ -157,6 +161,9 @@ class Connection(asyncio.Protocol):
         self._brake: asyncio.TimerHandle | None = None
         self._brake_until = 0.0
         """Until when the throttle brake holds this connection (quotas, issue 20)."""
+        self._dispatched_at = 0.0
+        """perf_counter() when the frame being dispatched was taken: a refused request's
+        loop time is counted from there (its decoding and refusal)."""
         self.ctx = RequestContext(next(_connection_ids), "?")
         self._listener = listener
         self._opened = self._loop.time()
@@ -283,6 +290,7 @@ class Connection(asyncio.Protocol):
             self._pump()
 
     def _dispatch(self, payload: bytes) -> None:
+        self._dispatched_at = time.perf_counter()
         if len(payload) >= pacing.OFFLOAD_BYTES:  # decoded in the codec thread, in order:
             self._held_for.add("decoding")  # this connection starts nothing meanwhile
             decoded = self._loop.run_in_executor(pacing.CODEC, pacing.decode_payload, payload)
@@ -292,10 +300,27 @@ class Connection(asyncio.Protocol):
         try:
             request = decode_request(envelope)
         except MQError as exc:
-            self._write(encode_error_response(envelope.correlation_id, exc))
-            self._refused(envelope.api_key, envelope.client_id, None, exc)
+            key, client_id = envelope.api_key, envelope.client_id
+            self._answer_refused(envelope.correlation_id, key, client_id, len(payload), exc)
+            self._refused(key, client_id, None, exc)
             return
         self._start(request, len(payload), big=False)
+
+    def _answer_refused(
+        self, cid: int, api_key: int, client_id: str | None, size: int, exc: MQError
+    ) -> None:
+        """The error response of a request refused before its handler. The refusal used
+        the loop too (decoding, the gate): charged to its client's quotas like any other
+        request, and answered with the throttle time when that puts it over (KIP-124)."""
+        wait = 0.0
+        quotas = self._broker.client_quotas
+        if quotas.active and self.ctx.broker_id is None:
+            loop_s = time.perf_counter() - self._dispatched_at
+            now = self._loop.time()
+            wait = charge_refused(quotas, self.ctx.principal, client_id, api_key, size, loop_s, now)
+            if wait > 0:
+                self._hold_back(wait)
+        self._write(encode_error_response(cid, exc, throttle_ms(wait)))
 
     def _refused(
         self, api_key: int, client_id: str | None, request: Request[Any] | None, exc: MQError
@@ -311,29 +336,35 @@ class Connection(asyncio.Protocol):
         if self.ctx.disconnect is not None:
             self._close(self.ctx.disconnect)
 
-    def _decoded(self, decoded: asyncio.Future[Request[Any]], size: int) -> None:
+    def _decoded(self, decoded: asyncio.Future[tuple[Request[Any], float]], size: int) -> None:
         if self._lost or self._closing or decoded.cancelled():
             return  # closed meanwhile (a later frame was malformed): not executed
         failure = decoded.exception()
         if isinstance(failure, ProtocolError):
             self._fail(failure)
             return
+        # a refusal is charged the codec thread's decoding too, as if done on the loop
         if isinstance(failure, pacing.Undecodable):
-            self._write(encode_error_response(failure.correlation_id, failure.error))
+            self._dispatched_at = time.perf_counter() - failure.spent
+            cid, client_id = failure.correlation_id, failure.client_id
+            self._answer_refused(cid, failure.api_key, client_id, size, failure.error)
         elif failure is not None:  # a bug: this connection cannot go on in order
             log.error("decoding a request from %s failed: %r", self.ctx.peer, failure)
             self._close("a request could not be decoded", abort=True)
             return
         else:
-            self._start(decoded.result(), size, big=True)
+            request, spent = decoded.result()
+            self._dispatched_at = time.perf_counter() - spent
+            self._start(request, size, big=True)
         self._release_hold("decoding")
 
     def _start(self, request: Request[Any], size: int, *, big: bool) -> None:
         try:
             handler = self._server.admit(request, self.ctx)
         except MQError as exc:
-            self._write(encode_error_response(request.correlation_id, exc))
-            self._refused(request.api.key, request.client_id, request, exc)
+            cid, key = request.correlation_id, request.api.key
+            self._answer_refused(cid, key, request.client_id, size, exc)
+            self._refused(key, request.client_id, request, exc)
             return
         self.ctx.client_id = request.client_id
         if pacing.ordered_entries(request.api, request.body) > pacing.ENTRIES_PER_TURN:
@@ -367,35 +398,40 @@ class Connection(asyncio.Protocol):
         error = "none"
         body: Any = None
         failure: MQError | None = None
+        timed: Timed | None = None
+        encoding = 0.0
+        frame: bytes | list[Buffer]
         try:
-            work = handler(self._broker, self.ctx, request.body)
+            work: Awaitable[Any] = handler(self._broker, self.ctx, request.body)
             if resolved and needs_time(resolved):
-                timed = Timed(work)
-                body = await timed
-                encoding = time.perf_counter()
-                frame: bytes | list[Buffer] = await self._encode(cid, body, big)
-                loop_s = timed.spent + time.perf_counter() - encoding
-            else:
-                body = await work
-                frame = await self._encode(cid, body, big)
-                loop_s = 0.0
-            if resolved:
-                out = len(frame) if isinstance(frame, bytes) else sum(map(len, frame))
-                wait = charge(quotas, resolved, request.api, size, out, loop_s, self._loop.time())
-                if wait > 0:
-                    self._hold_back(wait)
-                    throttled = {**body, THROTTLE_TIME_KEY: int(wait * 1000 + 0.999)}
-                    frame = await self._encode(cid, throttled, big)
+                work = timed = Timed(work)
+            body = await work
+            encoding = time.perf_counter()
+            frame = await self._encode(cid, body, big)
         except MQError as exc:
+            encoding = time.perf_counter()
             frame = encode_error_response(cid, exc)
             error, failure = exc.name, exc
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("%s from %s failed", request.api.name, self.ctx.peer)
+            encoding = time.perf_counter()
             failure = MQError(f"{request.api.name} failed on the broker")
             frame = encode_error_response(cid, failure)
             error = failure.name
+        if resolved:  # charged whether it succeeded or failed (KIP-124)
+            loop_s = timed.spent + time.perf_counter() - encoding if timed is not None else 0.0
+            out = len(frame) if isinstance(frame, bytes) else sum(map(len, frame))
+            wait = charge(quotas, resolved, request.api, size, out, loop_s, self._loop.time())
+            if wait > 0:
+                self._hold_back(wait)
+                if failure is not None:
+                    frame = encode_error_response(cid, failure, throttle_ms(wait))
+                else:  # (one more key: too big only at the frame bound, then untold)
+                    throttled = {**body, THROTTLE_TIME_KEY: throttle_ms(wait)}
+                    with contextlib.suppress(MQError):
+                        frame = await self._encode(cid, throttled, big)
         meters = self._broker.metrics
         if meters is not None:  # the request's metrics: once, here, for every API
             ctx = self.ctx

@@ -40,6 +40,7 @@ from mq.wire.apis_core import (
     AlterConfigsResponse,
     ApiVersionsRequest,
     ApiVersionsResponse,
+    BrokerHttpEndpoint,
     ConfigEntry,
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -127,12 +128,19 @@ async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -
         )
     brokers = dict(view.brokers)
     host, port = broker.advertised
-    brokers.setdefault(broker.node_id, BrokerInfo(broker.node_id, host, port, 0, broker.endpoints))
+    me = BrokerInfo(broker.node_id, host, port, 0, broker.endpoints, broker.http_endpoint)
+    brokers.setdefault(broker.node_id, me)
     return {
         "cluster_id": broker.cluster_id,
         "controller_id": view.controller.node_id if view.controller else -1,
         "brokers": [
-            {"node_id": b.node_id, "host": host, "port": port, "rack": None}
+            {
+                "node_id": b.node_id,
+                "host": host,
+                "port": port,
+                "rack": None,
+                "http": _http(b),
+            }
             for b in sorted(brokers.values(), key=lambda b: b.node_id)
             for address in [address_on(b.endpoints, ctx.listener, (b.host, b.port))]
             if address is not None
@@ -140,6 +148,12 @@ async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -
         ],
         "topics": topics,
     }
+
+
+def _http(info: BrokerInfo) -> BrokerHttpEndpoint | None:
+    """A broker's HTTP listener as the metadata answer lists it (issue 21)."""
+    http = info.http
+    return None if http is None else {"host": http.host, "port": http.port, "scheme": http.scheme}
 
 
 def _repeated(name: str, api: str) -> InvalidRequestError:

@@ -29,6 +29,7 @@ thread on objects no other thread touches meanwhile; the rest is the loop's.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
@@ -113,23 +114,40 @@ class Pacer:
 class Undecodable(Exception):
     """A request whose envelope was read but whose body was refused (answerable)."""
 
-    def __init__(self, correlation_id: int, error: MQError) -> None:
+    def __init__(
+        self,
+        correlation_id: int,
+        error: MQError,
+        api_key: int = -1,
+        client_id: str | None = None,
+        spent: float = 0.0,
+    ) -> None:
         super().__init__(error.message)
         self.correlation_id = correlation_id
         self.error = error
+        self.api_key = api_key
+        self.client_id = client_id
+        """Whose request it was (its quotas are charged for it: issue 20)."""
+        self.spent = spent
+        """CPU seconds the codec thread spent on it (charged to its client's quota)."""
 
 
-def decode_payload(payload: bytes) -> Request[Any]:
-    """Unpack and validate a request payload (in the codec thread).
+def decode_payload(payload: bytes) -> tuple[Request[Any], float]:
+    """Unpack and validate a request payload (in the codec thread); the request and the
+    CPU seconds that took (its client's request quota counts them, issue 20).
 
     Raises ProtocolError (no trustworthy correlation id: close) or
     :class:`Undecodable` (answer with its error).
     """
+    started = time.thread_time()
     envelope: RequestEnvelope = unpack_request(payload)
     try:
-        return decode_request(envelope)
+        return decode_request(envelope), time.thread_time() - started
     except MQError as exc:
-        raise Undecodable(envelope.correlation_id, exc) from exc
+        spent = time.thread_time() - started
+        raise Undecodable(
+            envelope.correlation_id, exc, envelope.api_key, envelope.client_id, spent
+        ) from exc
 
 
 def large_body(body: object) -> bool:

@@ -44,6 +44,7 @@ from mq.broker.principals import parse_rules
 from mq.broker.queues import ShareManager
 from mq.broker.throttling import ConnectionRate
 from mq.errors import UnsupportedVersionError
+from mq.replication.membership import HttpEndpoint
 from mq.wire import (
     apis_cluster,
     apis_core,
@@ -222,14 +223,16 @@ class Server:
         primary = listener_specs.inter_broker(config, specs)
         host, port = self.bound[primary.name]
         self.broker.endpoints = [(name, h, p) for name, (h, p) in self.bound.items()]
-        await self.broker.join((host, port))
-        await coordinator.start()
-        await queues.start()
-        if config.http_port is not None:
+        if config.http_port is not None:  # before joining: its address is registered too
             from mq.http.listener import HttpListener  # aiohttp, prometheus: only if asked
 
             self.http = HttpListener(self.broker, host, config.http_port, self.authorizer)
-            await self.http.start()
+            bound = await self.http.start()
+            scheme = "https" if self.http.tls else "http"
+            self.broker.http_endpoint = HttpEndpoint(*bound, scheme)
+        await self.broker.join((host, port))
+        await coordinator.start()
+        await queues.start()
         log.info("mq broker %d listening on %s:%d", config.node_id, host, port)
         return host, port
 

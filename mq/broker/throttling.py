@@ -7,7 +7,13 @@ and the connection-creation rate per client address.
   quota, KIP-124, measures handler thread time; mq's one thread is the loop).
   Only requests of clients with such a quota pay for it.
 * :func:`charge` records one request's bytes and loop time against its
-  client's buckets and returns the throttle time (seconds).
+  client's buckets and returns the throttle time (seconds), whether the
+  request succeeded or failed: a failed request used the broker too, and a
+  client sending only failing ones is throttled like any other (KIP-124
+  counts every client request, unauthorized ones included, so a flood of
+  refused requests is not free). :func:`charge_refused` does it for a request
+  refused before its handler (undecodable, or at the gate), whose client's
+  quotas are not resolved yet.
 * :class:`ConnectionRate` keeps a bucket per client address for
   ``max_connection_creation_rate``.
 
@@ -73,18 +79,25 @@ def needs_time(resolved: Resolved) -> bool:
     return q.REQUEST_PERCENTAGE in resolved
 
 
+def throttle_ms(wait_s: float) -> int:
+    """A throttle time as a response carries it: milliseconds, rounded up (0: none)."""
+    return int(wait_s * 1000 + 0.999) if wait_s > 0 else 0
+
+
 def charge(
     quotas: QuotaManager,
     resolved: Resolved,
-    api: Api[Any, Any],
+    api: Api[Any, Any] | int,
     request_bytes: int,
     response_bytes: int,
     loop_s: float,
     now: float,
 ) -> float:
-    """Record one request's cost for its client; the seconds it must wait (0: none)."""
+    """Record one request's cost for its client; the seconds it must wait (0: none).
+
+    ``api``: the request's API, or its key (one no API has for an unknown key)."""
     throttle = 0.0
-    key = api.key
+    key = api if isinstance(api, int) else api.key
     if key == _PRODUCE:
         throttle = quotas.charge(resolved, q.PRODUCER_BYTE_RATE, request_bytes, now)
     elif key == _FETCH:
@@ -94,6 +107,24 @@ def charge(
         if loop_wait > throttle:
             throttle = loop_wait
     return throttle
+
+
+def charge_refused(
+    quotas: QuotaManager,
+    principal: str,
+    client_id: str | None,
+    api_key: int,
+    request_bytes: int,
+    loop_s: float,
+    now: float,
+) -> float:
+    """Record the cost of a request refused before its handler ran (its bytes for a
+    produce, the loop time its decoding and refusal took); the seconds its client must
+    wait. Its response is a short error: nothing counts on the fetch byte rate."""
+    resolved = quotas.resolved(principal, client_id, now)
+    if not resolved:
+        return 0.0
+    return charge(quotas, resolved, api_key, request_bytes, 0, loop_s, now)
 
 
 class ConnectionRate:

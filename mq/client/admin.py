@@ -26,6 +26,7 @@ from mq.acl.model import MATCH_ALL, AclBinding, AclFilter
 from mq.client import acls, users
 from mq.client.admin_quotas import QuotaAdmin
 from mq.client.client import Client
+from mq.client.metadata import http_url
 from mq.client.offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, by_topic, list_offsets
 from mq.client.producer_states import ProducerState, describe_producers
 from mq.client.security import SecurityOptions, security_from
@@ -81,6 +82,9 @@ class ClusterDescription:
     controller_id: int
     brokers: list[int]
     topics: dict[str, list[PartitionDescription]]
+    http_urls: dict[int, str] = field(default_factory=dict)
+    """Each broker's HTTP listener (``/metrics``, health, console) by node id, for the
+    brokers that have one (a Prometheus service discovery's targets)."""
 
 
 @dataclass(frozen=True)
@@ -355,11 +359,13 @@ class Admin(QuotaAdmin):
             for t in sorted(response["topics"], key=lambda t: t["name"])
             if not t["error"]
         }
+        urls = {b["node_id"]: http_url(b.get("http")) for b in response["brokers"]}
         return ClusterDescription(
             response["cluster_id"],
             response["controller_id"],
             sorted(b["node_id"] for b in response["brokers"]),
             topics,
+            {node: url for node, url in sorted(urls.items()) if url is not None},
         )
 
     # -- reassignment and leaders -----------------------------------------------------------------

@@ -18,8 +18,9 @@ Times are seconds on any monotonic clock the caller chooses.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from mq.client.types import TopicPartition
 from mq.errors import (
@@ -66,6 +67,18 @@ class BrokerInfo:
     host: str
     port: int
     rack: str | None = None
+    http_url: str | None = None
+    """Its HTTP listener (``/metrics``, health, console) as a URL; None: it has none, or
+    it runs a version that does not say."""
+
+
+def http_url(endpoint: Mapping[str, Any] | None) -> str | None:
+    """A metadata answer's ``http`` entry of a broker as a URL (None: none)."""
+    if not endpoint:
+        return None
+    host = str(endpoint["host"])
+    host = f"[{host}]" if ":" in host else host
+    return f"{endpoint['scheme']}://{host}:{endpoint['port']}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +199,9 @@ class ClusterMetadata:
         self.cluster_id = response["cluster_id"]
         self.controller_id = response["controller_id"]
         self.brokers = {
-            b["node_id"]: BrokerInfo(b["node_id"], b["host"], b["port"], b.get("rack"))
+            b["node_id"]: BrokerInfo(
+                b["node_id"], b["host"], b["port"], b.get("rack"), http_url(b.get("http"))
+            )
             for b in response["brokers"]
         }
         if complete:

@@ -1,6 +1,7 @@
 """The JSON admin API the web console reads (read-only), on the broker's HTTP listener.
 
-* ``GET /api/cluster``: brokers, controller, the partitions under-replicated or offline;
+* ``GET /api/cluster``: brokers (each with its HTTP URL), controller, the partitions
+  under-replicated or offline;
 * ``GET /api/topics``: topics with their partition count and health;
 * ``GET /api/topics/{topic}``: per partition leader, replicas, ISR, start and end
   offsets, size, consumed offsets; the topic's configs;

@@ -127,6 +127,7 @@ def cluster(broker: Broker) -> dict[str, Any]:
                 "controller": info.node_id == controller,
                 "leaders": leaders.get(info.node_id, 0),
                 "replicas": replicas.get(info.node_id, 0),
+                "http_url": info.http_url,  # its console and /metrics; None: no HTTP
             }
             for info in sorted(view.brokers.values())
         ],

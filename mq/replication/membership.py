@@ -4,14 +4,21 @@ Both live in the :class:`~mq.replication.store.MetadataStore` under the
 broker's lease, so they vanish when the broker stops refreshing it (a crash,
 a partition from etcd):
 
-* ``/brokers/<node id>``: the broker's advertised address, created only if
-  absent, so two live brokers cannot claim one node id;
+* ``/brokers/<node id>``: the broker's advertised address (its listeners, and its
+  HTTP listener's address when it has one), created only if absent, so two live
+  brokers cannot claim one node id;
 * ``/controller``: the controller's node id, created only if absent. The
   revision that created it is the **controller epoch**: the controller guards
   each of its writes with ``Compare("/controller", epoch)``, so once another
   broker has taken over, every write of the old one fails.
 
-Values are msgpack.
+Values are msgpack. A registration is ``[node_id, host, port, max_partitions,
+endpoints]``, each endpoint ``[name, host, port]``; a registration of an older
+version lacks the last fields (defaults), fields a later version appends are
+ignored. The HTTP listener is one more endpoint, named ``HTTP`` (:data:`HTTP_NAMES`):
+brokers look a client's listener up by its name (``PLAINTEXT``, ``SSL``, ...), so
+a broker of an older version reading a newer registration ignores it instead of
+failing on a field it does not know (a rolling upgrade keeps working).
 
 Thread safety: one event loop.
 """
@@ -28,10 +35,34 @@ from mq.replication.store import Compare, Delete, Lease, MetadataStore, Put
 
 BROKERS = "/brokers/"
 CONTROLLER = "/controller"
+HTTP_NAMES = {"HTTP": "http", "HTTPS": "https"}
+"""Endpoint name of an HTTP listener in a registration → its URL scheme (never the name
+of a binary listener, which is its protocol's: :data:`mq.broker.listeners.SCHEMES`)."""
+STORED_FIELDS = 5
+"""Fields of a registration this version reads (the others: a later version's)."""
 
 
 class NodeIdInUseError(MQError):
     """Another live broker is registered with this node id (local)."""
+
+
+class HttpEndpoint(NamedTuple):
+    """Where a broker serves HTTP (``/metrics``, ``/healthz``, the console): what a
+    Prometheus service discovery or a console needs to find every broker's."""
+
+    host: str
+    port: int
+    scheme: str = "http"
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def name(self) -> str:
+        """Its endpoint name in a registration (:data:`HTTP_NAMES`)."""
+        return self.scheme.upper()
 
 
 class BrokerInfo(NamedTuple):
@@ -45,14 +76,38 @@ class BrokerInfo(NamedTuple):
     """Every listener of the broker as (name, host, port) (:mod:`mq.broker.listeners`);
     ``host``/``port`` are the inter-broker listener's. Empty: a broker of an older
     version, reachable only at ``host``/``port``."""
+    http: HttpEndpoint | None = None
+    """The broker's HTTP listener (metrics, health, console, admin API) when it has one
+    (``http_port``); None: it has none, or it is a broker of an older version. Stored
+    among the endpoints (see the module docstring), kept apart here."""
 
     @classmethod
     def decode(cls, value: bytes) -> BrokerInfo:
-        """A registration as :func:`register` wrote it (endpoints as tuples)."""
-        fields = msgpack.unpackb(value)
-        if len(fields) > 4:
-            fields[4] = tuple(tuple(endpoint) for endpoint in fields[4])
-        return cls(*fields)
+        """A registration as :func:`register` wrote it (endpoints as tuples). Fields a
+        later version appends are ignored; those an older one lacks take their default."""
+        node_id, host, port, *rest = msgpack.unpackb(value)[:STORED_FIELDS]
+        max_partitions = rest[0] if rest else 0
+        endpoints: list[tuple[Any, ...]] = []
+        http = None
+        for name, at, number, *_ in rest[1] if len(rest) > 1 else ():
+            scheme = HTTP_NAMES.get(name)
+            if scheme is None:
+                endpoints.append((name, at, number))
+            elif http is None:
+                http = HttpEndpoint(str(at), int(number), scheme)
+        return cls(node_id, host, port, max_partitions, tuple(endpoints), http)
+
+    def stored(self) -> list[Any]:
+        """The registration's fields as :func:`register` writes them."""
+        endpoints = [list(endpoint) for endpoint in self.endpoints]
+        if self.http is not None:
+            endpoints.append([self.http.name, self.http.host, self.http.port])
+        return [self.node_id, self.host, self.port, self.max_partitions, endpoints]
+
+    @property
+    def http_url(self) -> str | None:
+        """``http://host:port`` of its HTTP listener (None: it has none)."""
+        return self.http.url if self.http is not None else None
 
 
 class Controller(NamedTuple):
@@ -67,9 +122,7 @@ def broker_key(node_id: int) -> str:
 
 async def register(store: MetadataStore, info: BrokerInfo, lease: Lease) -> int:
     """Register a live broker under ``lease``; the revision. Refused if the id is taken."""
-    value = msgpack.packb(
-        [info.node_id, info.host, info.port, info.max_partitions, list(info.endpoints)]
-    )
+    value = msgpack.packb(info.stored())
     key = broker_key(info.node_id)
     revision = await store.commit([Compare(key, 0)], [Put(key, value, lease.id)])
     if revision is None:

@@ -102,11 +102,21 @@ class MetadataRequest(TypedDict):
     allow_auto_topic_creation: Annotated[bool, Default(False)]
 
 
+class BrokerHttpEndpoint(TypedDict):
+    host: Name
+    port: Port
+    scheme: Name
+    """"http" (the scheme of the URL to use)."""
+
+
 class MetadataBroker(TypedDict):
     node_id: I32
     host: Name
     port: Port
     rack: Annotated[Name | None, Default(None)]
+    http: Annotated[BrokerHttpEndpoint | None, Default(None)]
+    """The broker's HTTP listener (``/metrics``, health, console) when it has one (issue
+    21). Optional: an older client ignores it, an older broker's answer lacks it (None)."""
 
 
 class MetadataPartition(TypedDict):

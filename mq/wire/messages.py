@@ -4,7 +4,8 @@ Request payload: msgpack array ``[api, version, correlation_id, client_id, body]
 Response payload: msgpack array ``[correlation_id, error_code, body]``. Bodies
 are maps checked against the API's schema (:mod:`mq.wire.schema`). A response
 with a non-zero error code failed as a whole; its body is ``{"message": str}``
-and is not checked against the API's schema.
+(and ``throttle_time_ms`` when its client is throttled) and is not checked
+against the API's schema.
 
 Decoding is two steps, so a server can answer what it can answer:
 
@@ -39,6 +40,7 @@ from mq.errors import (
     error_for_code,
 )
 from mq.wire import apis as _apis  # noqa: F401  (registers every API)
+from mq.wire.apis_quotas import THROTTLE_TIME_KEY
 from mq.wire.frames import (
     Buffer,
     encode_frame,
@@ -287,9 +289,14 @@ def _items(value: object) -> int:
     return total
 
 
-def encode_error_response(correlation_id: int, error: MQError) -> bytes:
-    """A whole response frame failing the request with ``error`` (its message truncated)."""
-    return encode_frame([correlation_id, error.code, {"message": error.message[:MAX_MESSAGE_LEN]}])
+def encode_error_response(correlation_id: int, error: MQError, throttle_time_ms: int = 0) -> bytes:
+    """A whole response frame failing the request with ``error`` (its message truncated);
+    a throttled client's carries its throttle time too, as every response to it does
+    (:data:`mq.wire.apis_quotas.THROTTLE_TIME_KEY`; the error body's schema ignores it)."""
+    body: dict[str, object] = {"message": error.message[:MAX_MESSAGE_LEN]}
+    if throttle_time_ms > 0:
+        body[THROTTLE_TIME_KEY] = throttle_time_ms
+    return encode_frame([correlation_id, error.code, body])
 
 
 # -- decoding -------------------------------------------------------------------------------

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import msgpack
 import pytest
 
 from mq.replication.membership import (
     BrokerInfo,
+    HttpEndpoint,
     NodeIdInUseError,
     campaign,
     current_controller,
@@ -41,6 +43,23 @@ async def test_brokers_register_once_per_node_id_and_leave_with_their_lease(
     assert (event.kind, event.key) == (EventKind.DELETE, "/brokers/1")
     assert list((await live_brokers(store))[0]) == [2]
     await events.aclose()  # type: ignore[attr-defined]
+
+
+async def test_a_registration_carries_the_http_endpoint_and_old_ones_still_load(
+    store: MetadataStore,
+) -> None:
+    """Issue 21: the HTTP listener's address is registered; a registration written by
+    an older version (no HTTP endpoint) loads with none."""
+    lease = await store.grant_lease(5_000)
+    listeners = (("PLAINTEXT", "127.0.0.1", 9001),)
+    http = HttpEndpoint("127.0.0.1", 8081)
+    await register(store, BrokerInfo(1, "127.0.0.1", 9001, 10, listeners, http), lease)
+    old = msgpack.packb([2, "127.0.0.1", 9002, 10, [list(listeners[0])]])
+    await store.commit([], [Put("/brokers/2", old, lease.id)])
+    brokers, _ = await live_brokers(store)
+    assert brokers[1] == BrokerInfo(1, "127.0.0.1", 9001, 10, listeners, http)
+    assert brokers[1].http_url == "http://127.0.0.1:8081"
+    assert brokers[2].http is None
 
 
 async def test_one_controller_and_a_stale_one_is_fenced(store: MetadataStore) -> None:

@@ -110,14 +110,29 @@ def test_healthy_text() -> None:
     assert "brokers (3):" in lines
     broker_lines = [line for line in lines if line.startswith("  ") and "127.0.0.1:929" in line]
     assert len(broker_lines) == 3
-    assert broker_lines[0].split() == ["1", "127.0.0.1:9291", "-", "controller"]
-    assert broker_lines[1].split() == ["2", "127.0.0.1:9292", "-"]
+    assert broker_lines[0].split() == ["1", "127.0.0.1:9291", "-", "-", "controller"]
+    assert broker_lines[1].split() == ["2", "127.0.0.1:9292", "-", "-"]
     rows = {tuple(line.split()[:3]) for line in lines}
     assert ("events", "0", "1") in rows
     assert ("events", "1", "2") in rows
     assert any(line.split()[:2] == ["__consumer_offsets", "(internal)"] for line in lines)
     assert all(line.split()[-1] == "ok" for line in lines if line.startswith("events "))
     assert lines[-1] == "2 topics, 3 partitions: 0 under-replicated, 0 offline"
+
+
+def test_each_brokers_http_listener_is_listed() -> None:
+    """Brokers that register an HTTP listener show its URL (issue 21); the others, and
+    the answers of brokers that do not say (no ``http`` key), show none."""
+    metadata = _metadata(nodes=3)
+    metadata["brokers"][0]["http"] = {"host": "127.0.0.1", "port": 8083, "scheme": "http"}
+    metadata["brokers"][1]["http"] = None
+    status = cluster_status(metadata)
+    assert [b["http_url"] for b in status["brokers"]] == [None, None, "http://127.0.0.1:8083"]
+    json.dumps(status)
+    lines = status_lines(status)
+    assert any(line.split()[:2] == ["NODE", "ADDRESS"] and "HTTP" in line for line in lines)
+    broker_lines = [line for line in lines if line.startswith("  ") and "127.0.0.1:929" in line]
+    assert broker_lines[2].split() == ["3", "127.0.0.1:9293", "http://127.0.0.1:8083", "-"]
 
 
 def test_under_replicated_and_offline_partitions() -> None:

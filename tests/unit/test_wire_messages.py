@@ -320,6 +320,20 @@ def test_an_error_response_carries_code_and_message() -> None:
         response.result()
 
 
+def test_an_error_response_may_carry_a_throttle_time() -> None:
+    """A throttled client's error responses carry its throttle time (issue 20): the error
+    decodes as before (the key is not in the error body's schema), the time is there
+    for the client's connection to honour; an unthrottled error has no such key."""
+    frame = encode_error_response(9, errors.InvalidRequestError("bad"), throttle_time_ms=120)
+    envelope = unpack_response(frame[4:])
+    assert envelope.body == {"message": "bad", "throttle_time_ms": 120}
+    response = decode_response(envelope, apis_groups.HEARTBEAT, 0)
+    assert isinstance(response.error, errors.InvalidRequestError)
+    assert response.message == "bad"
+    plain = unpack_response(encode_error_response(9, errors.InvalidRequestError("bad"))[4:])
+    assert plain.body == {"message": "bad"}
+
+
 def test_an_unknown_error_code_maps_to_the_base_error() -> None:
     response = decode_response(encode_response(1, 31_000, {})[4:], apis_groups.HEARTBEAT, 0)
     assert type(response.error) is MQError

@@ -52,6 +52,7 @@ function overview(root, _params, api) {
         ["address", (b) => `${b.host}:${b.port}`],
         ["leader of", (b) => `${b.leaders} partitions`],
         ["replicas", (b) => b.replicas],
+        ["console", (b) => (b.http_url ? link(`${b.http_url}/`, b.http_url) : "none")],
       ], c.brokers, { id: "brokers" })),
       section(problems ? "Partitions needing attention" : "Partitions", problems
         ? table([
