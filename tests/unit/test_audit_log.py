@@ -4,15 +4,19 @@ skipped, and ``mq audit --since`` parses durations and times."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
 from mq_cli.audit import since_ms
 
-from mq.broker.audit import AUDIT_DIR, MAX_LINE_BYTES, AuditLog, read_audit
+from mq.broker.audit import AUDIT_DIR, LINES_PER_TURN, MAX_LINE_BYTES, AuditLog, read_audit
 from mq.broker.context import RequestContext
+from mq.wire import apis_core
+from mq.wire.messages import Request
 
 
 def ctx() -> RequestContext:
@@ -66,3 +70,50 @@ def test_since_takes_durations_and_times() -> None:
     assert since_ms("1970-01-01T00:00:10", now) == 10_000  # no zone: UTC
     with pytest.raises(click.BadParameter):
         since_ms("yesterday", now)
+
+
+def _delete_topics(names: list[str]) -> tuple[Request[Any], dict[str, Any]]:
+    request = Request(apis_core.DELETE_TOPICS, 0, 1, "tool", {"topics": names, "timeout_ms": 1000})
+    answer = {"topics": [{"name": n, "error": 0, "message": None} for n in names]}
+    return request, answer
+
+
+def _resources(tmp_path: Path) -> list[str]:
+    return [r["resource"] for r in read_audit(tmp_path)]
+
+
+async def test_a_big_request_is_written_a_chunk_per_turn_of_the_loop(tmp_path: Path) -> None:
+    """Issue 18: 20,000 lines written in one go held the event loop for a second."""
+    audit = AuditLog(tmp_path, 0, max_bytes=1 << 30, max_files=1)
+    names = [f"t{i:05d}" for i in range(5 * LINES_PER_TURN + 7)]
+    audit.request(ctx(), *_delete_topics(names), None)
+    small, small_answer = _delete_topics(["after"])
+    audit.request(ctx(), small, small_answer, None)  # waits its turn: the order is kept
+    assert len(_resources(tmp_path)) <= LINES_PER_TURN  # the caller was not held
+    seen = []
+    for _ in range(100):  # bounded: the writer needs 7 turns
+        await asyncio.sleep(0)
+        seen.append(len(_resources(tmp_path)))
+        if seen[-1] == len(names) + 1:
+            break
+    assert 0 < min(seen) < len(names)  # part written while the loop turned
+    assert _resources(tmp_path) == [f"topic:{n}" for n in [*names, "after"]]
+    audit.close()
+
+
+async def test_close_writes_what_waits(tmp_path: Path) -> None:
+    audit = AuditLog(tmp_path, 0, max_bytes=1 << 30, max_files=1)
+    names = [f"t{i:05d}" for i in range(3 * LINES_PER_TURN)]
+    audit.request(ctx(), *_delete_topics(names), None)
+    await asyncio.sleep(0)  # the writer is in the middle of it
+    assert 0 < len(_resources(tmp_path)) < len(names)
+    audit.close()
+    assert _resources(tmp_path) == [f"topic:{n}" for n in names]
+
+
+def test_without_an_event_loop_a_big_request_is_written_at_once(tmp_path: Path) -> None:
+    audit = AuditLog(tmp_path, 0, max_bytes=1 << 30, max_files=1)
+    names = [f"t{i:05d}" for i in range(2 * LINES_PER_TURN)]
+    audit.request(ctx(), *_delete_topics(names), None)
+    assert len(_resources(tmp_path)) == len(names)
+    audit.close()
