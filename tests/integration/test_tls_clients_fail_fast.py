@@ -65,4 +65,3 @@ async def test_an_untrusted_broker_certificate_fails_the_start_at_once(
             pass
     assert time.monotonic() - started < FAIL_FAST_S
     assert not caught.value.retriable
-
