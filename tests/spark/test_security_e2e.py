@@ -21,6 +21,9 @@ PEM ``kafka.ssl.truststore.location``.
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,7 +42,17 @@ from pyspark.sql.types import (
     StructField,
     StructType,
 )
-from secured_broker import ADMIN, PREFIX, USERS, Secured, create_topic, start
+from secured_broker import (
+    ACL_WAIT_S,
+    ADMIN,
+    CLI_TIMEOUT_S,
+    PREFIX,
+    USERS,
+    Secured,
+    User,
+    create_topic,
+    start,
+)
 from tls_certs import make_pki
 
 import mq
@@ -393,37 +406,103 @@ def test_no_password_in_the_plans_of_a_write_and_a_read(
         assert_no_password(execution.details() + execution.physicalPlanDescription())
 
 
-def test_the_readme_example_runs_as_written(spark: SparkSession, secured: Secured) -> None:
-    """The Python block of the README's "Spark over SASL_SSL", run in this session with
-    the README's address, CA file, user and topic swapped for this broker's."""
-    text = README.read_text()
+def readme_block(text: str, language: str) -> str:
+    """The first ``language`` block of the README's "Spark over SASL_SSL"."""
     section = text[text.index("### Spark over SASL_SSL") :]
-    block = section[section.index("```python\n") + len("```python\n") :]
-    block = block[: block.index("```")]
-    alice = USERS["alice"]
-    swaps = {
-        '"127.0.0.1:9393"': f'"{secured.bootstrap}"',
-        '"ca.pem"': f'"{secured.pki.ca}"',
-        'username="bob" password="bob-secret"': (
-            f'username="{alice.name}" password="{alice.password}"'
-        ),
-        '"orders"': f'"{PREFIX}orders"',
-    }
+    block = section[section.index(f"```{language}\n") + len(f"```{language}\n") :]
+    return block[: block.index("```")]
+
+
+def swapped(block: str, swaps: dict[str, str]) -> str:
     for old, new in swaps.items():
         assert old in block, f"the README's example no longer has {old}"
         block = block.replace(old, new)
-    assert alice.mechanism in block
-    create_topic(secured, f"{PREFIX}orders", 1)
+    return block
+
+
+def test_the_readme_example_runs_as_written(
+    spark: SparkSession, secured: Secured, tmp_path: Path
+) -> None:
+    """The README's "Spark over SASL_SSL": its shell block (the READ grant, through
+    ``mq acl add --command-config``) then its Python block, in this session, with the
+    README's address, CA file, user and topic swapped for this broker's. The user is
+    carol, who may only write ``sec-*``: the grant is what lets the sink write."""
+    carol = USERS["carol"]
+    topic = f"{PREFIX}orders"
+    create_topic(secured, topic, 1)
+    text = README.read_text()
+    config = tmp_path / "client.toml"
+    config.write_text(
+        'security_protocol = "SASL_SSL"\n'
+        f'sasl_mechanism = "{ADMIN.mechanism}"\n'
+        f'sasl_plain_username = "{ADMIN.name}"\n'
+        f'ssl_cafile = "{secured.pki.ca}"\n'
+    )
+    shell = swapped(
+        readme_block(text, "sh"),
+        {
+            "User:bob": f"User:{carol.name}",
+            "--topic orders": f"--topic {topic}",
+            "127.0.0.1:9393": secured.bootstrap,
+            "client.toml": str(config),
+        },
+    )
+    done = subprocess.run(
+        ["bash", "-euc", shell],
+        env={
+            **os.environ,
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            "MQ_SASL_PASSWORD": ADMIN.password,
+        },
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    wait_for_read(secured, carol, topic)
+    block = swapped(
+        readme_block(text, "python"),
+        {
+            '"127.0.0.1:9393"': f'"{secured.bootstrap}"',
+            '"ca.pem"': f'"{secured.pki.ca}"',
+            'username="bob" password="bob-secret"': (
+                f'username="{carol.name}" password="{carol.password}"'
+            ),
+            '"orders"': f'"{topic}"',
+        },
+    )
+    assert carol.mechanism in block
     exec(compile(block, "README.md", "exec"), {"spark": spark})
     with mq.SyncConsumer(
         bootstrap=secured.bootstrap, auto_offset_reset="earliest", **secured.client()
     ) as consumer:
-        consumer.assign([mq.TopicPartition(f"{PREFIX}orders", 0)])
+        consumer.assign([mq.TopicPartition(topic, 0)])
         got: list[tuple[bytes | None, bytes | None]] = []
         deadline = time.monotonic() + 60
         while len(got) < 2 and time.monotonic() < deadline:
             got += [(r.key, r.value) for rs in consumer.poll(timeout_ms=500).values() for r in rs]
     assert sorted(got) == [(b"k1", b"v1"), (b"k2", b"v2")]
+
+
+def wait_for_read(secured: Secured, user: User, topic: str) -> None:
+    """Until ``user`` may fetch ``topic`` (a new ACL reaches the broker's cache through
+    a watch), bounded."""
+    deadline = time.monotonic() + ACL_WAIT_S
+    while True:
+        with mq.SyncConsumer(
+            bootstrap=secured.bootstrap, auto_offset_reset="earliest", **secured.client(user)
+        ) as consumer:
+            tp = mq.TopicPartition(topic, 0)
+            consumer.assign([tp])
+            try:
+                while consumer.highwater(tp) < 0:  # -1 until a fetch is answered
+                    assert time.monotonic() < deadline, "no fetch was answered"
+                    consumer.poll(timeout_ms=200)
+                return
+            except TopicAuthorizationFailedError:
+                assert time.monotonic() < deadline, "the READ grant never took effect"
+        time.sleep(0.1)
 
 
 def test_planning_tells_a_refused_topic_from_a_missing_one(secured: Secured) -> None:
