@@ -25,23 +25,14 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import pytest
-from py4j.protocol import Py4JJavaError
-from pyspark.errors import PySparkException, StreamingQueryException
+from pyspark.errors import StreamingQueryException
 from pyspark.java_gateway import ensure_callback_server_started
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    StringType,
-    StructField,
-    StructType,
-)
+from pyspark.sql import SparkSession
 from secured_broker import (
     ACL_WAIT_S,
     ADMIN,
@@ -52,6 +43,17 @@ from secured_broker import (
     User,
     create_topic,
     start,
+)
+from security_helpers import (
+    PARTITIONS,
+    PlanRecorder,
+    failure,
+    frame,
+    read_back,
+    readme_block,
+    records,
+    swapped,
+    with_options,
 )
 from tls_certs import make_pki
 
@@ -66,28 +68,11 @@ FAIL_FAST_S: Final = 25.0
 A bound on a loaded machine (Spark plans, runs a task and reports), not a measure."""
 STREAM_TIMEOUT_S: Final = 180.0
 """An availableNow query of a few micro-batches on a loaded 2-core machine."""
-PARTITIONS: Final = 3
+
 ROWS: Final = 120
 PLAN_WAIT_S: Final = 60.0
 """How long Spark's listener bus may take to hand over an action's plan (it is asynchronous)."""
 README: Final = Path(__file__).resolve().parents[2] / "README.md"
-
-SCHEMA: Final = StructType(
-    [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField(
-            "headers",
-            ArrayType(
-                StructType([StructField("key", StringType()), StructField("value", BinaryType())])
-            ),
-        ),
-        StructField("partition", IntegerType()),
-    ]
-)
-
-Record = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
-"""(partition, key, value, headers)."""
 
 
 @pytest.fixture(scope="module")
@@ -107,56 +92,6 @@ def passwords() -> list[str]:
 def assert_no_password(text: str, *extra: str) -> None:
     for secret in (*passwords(), *extra):
         assert secret not in text, "a password shows"
-
-
-def records(count: int) -> list[Record]:
-    """Keys (some null), values (some empty, bytes of every value), headers (some)."""
-    return [
-        (
-            i % PARTITIONS,
-            None if i % 5 == 0 else b"key-%d" % (i % 7),
-            b"" if i % 11 == 0 else b"value-%d-" % i + bytes(range(256))[i % 256 :],
-            ((("n", b"%d" % i), ("empty", None)) if i % 4 == 0 else ()),
-        )
-        for i in range(count)
-    ]
-
-
-def frame(spark: SparkSession, rows: list[Record]) -> DataFrame:
-    return spark.createDataFrame(
-        [
-            (key, value, [{"key": k, "value": v} for k, v in headers], p)
-            for p, key, value, headers in rows
-        ],
-        SCHEMA,
-    )
-
-
-def read_back(df: DataFrame) -> list[tuple[Record, int]]:
-    """(record, offset) of every row read."""
-    out = []
-    for r in df.collect():
-        headers = tuple(
-            (h["key"], None if h["value"] is None else bytes(h["value"])) for h in r.headers
-        )
-        key = None if r.key is None else bytes(r.key)
-        value = None if r.value is None else bytes(r.value)
-        out.append(((r.partition, key, value, headers), r.offset))
-    return out
-
-
-def with_options(builder: Any, options: dict[str, str]) -> Any:
-    for name, value in options.items():
-        builder = builder.option(name, value)
-    return builder
-
-
-def failure(action: Callable[[], object]) -> tuple[str, float]:
-    """The text of the exception ``action`` raises, and how long it took."""
-    started = time.monotonic()
-    with pytest.raises((PySparkException, Py4JJavaError)) as caught:
-        action()
-    return str(caught.value), time.monotonic() - started
 
 
 # -- rows round-trip ------------------------------------------------------------------------
@@ -353,23 +288,6 @@ def test_the_connectors_log_lines_and_reprs_hold_no_password(
     assert_no_password(shown, wrong)
 
 
-class PlanRecorder:
-    """A ``QueryExecutionListener`` (through py4j's callback server): the whole plan,
-    parsed to physical, as ``EXPLAIN EXTENDED`` prints it, of every action."""
-
-    def __init__(self) -> None:
-        self.plans: list[str] = []
-
-    def onSuccess(self, name: str, execution: Any, duration_ns: int) -> None:
-        self.plans.append(execution.toString())
-
-    def onFailure(self, name: str, execution: Any, exception: Any) -> None:
-        self.plans.append(execution.toString())
-
-    class Java:
-        implements: Final = ["org.apache.spark.sql.util.QueryExecutionListener"]
-
-
 def test_no_password_in_the_plans_of_a_write_and_a_read(
     spark: SparkSession, secured: Secured
 ) -> None:
@@ -404,20 +322,6 @@ def test_no_password_in_the_plans_of_a_write_and_a_read(
     for i in range(executions.size()):
         execution = executions.apply(i)
         assert_no_password(execution.details() + execution.physicalPlanDescription())
-
-
-def readme_block(text: str, language: str) -> str:
-    """The first ``language`` block of the README's "Spark over SASL_SSL"."""
-    section = text[text.index("### Spark over SASL_SSL") :]
-    block = section[section.index(f"```{language}\n") + len(f"```{language}\n") :]
-    return block[: block.index("```")]
-
-
-def swapped(block: str, swaps: dict[str, str]) -> str:
-    for old, new in swaps.items():
-        assert old in block, f"the README's example no longer has {old}"
-        block = block.replace(old, new)
-    return block
 
 
 def test_the_readme_example_runs_as_written(
