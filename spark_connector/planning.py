@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 from mq.client.sync import SyncAdmin
 from mq.client.types import TopicPartition
+from mq.errors import UnknownTopicOrPartitionError
 from spark_connector.options import OptionError, ReadOptions, TimeSpec
 from spark_connector.ranges import Partitioned, resolve
 
@@ -30,12 +31,29 @@ def existing_partitions(
     admin: SyncAdmin, topics: tuple[str, ...]
 ) -> tuple[list[tuple[str, int]], list[str]]:
     """Every partition of the topics of ``topics`` that exist, and the names of those
-    that do not."""
+    that do not.
+
+    A listing leaves out the topics the principal may not DESCRIBE, so a topic
+    missing from it is asked for by name: the broker's refusal
+    (TopicAuthorizationFailedError, naming the principal and the topic) is raised
+    rather than calling the topic missing."""
     known = set(admin.list_topics())
     missing = [t for t in topics if t not in known]
+    for topic in missing:
+        _raise_if_refused(admin, topic)
     return [
         (tp.topic, tp.partition) for t in topics if t in known for tp in admin.topic_partitions(t)
     ], missing
+
+
+def _raise_if_refused(admin: SyncAdmin, topic: str) -> None:
+    """The broker's error for ``topic`` when it is not merely unknown (an
+    authorization refusal; a retriable one, such as a leader not elected yet, is
+    retried by the caller)."""
+    try:
+        admin.describe_topic(topic)
+    except UnknownTopicOrPartitionError:
+        return
 
 
 def subscribed_partitions(

@@ -49,6 +49,7 @@ from pyspark.sql.types import (
 
 from mq.client.producer import Producer
 from mq.client.sync import LoopThread
+from mq.errors import TopicAuthorizationFailedError
 from spark_connector.exactly_once import (
     BATCH_ID_PROPERTY,
     QUERY_ID_PROPERTY,
@@ -191,11 +192,26 @@ async def _unwritten(producer: Producer, positions: Positions, rows: list[Row]) 
     out: list[Row] = []
     for topic, value, key, headers, partition in rows:
         if not positions.knows(topic):
-            positions.resumed(topic, await producer.resume_sequences(topic))
+            positions.resumed(topic, await _resume_sequences(producer, topic))
         placed, send = positions.place(topic, key, partition)
         if send:
             out.append((topic, value, key, headers, placed))
     return out
+
+
+async def _resume_sequences(producer: Producer, topic: str) -> dict[int, int]:
+    """What an earlier attempt of the task wrote to ``topic`` (describe_producers, which
+    needs READ on the topic, as Kafka's DescribeProducers): a refusal says why a sink
+    asks for READ."""
+    try:
+        return await producer.resume_sequences(topic)
+    except TopicAuthorizationFailedError as exc:
+        raise TopicAuthorizationFailedError(
+            f"{exc.message}. The mq sink needs READ as well as WRITE on topic {topic!r}: "
+            "before writing, each task asks the topic's leaders what an earlier attempt of "
+            "it wrote (describe_producers, which needs READ, as Kafka's DescribeProducers), "
+            "so that a retried or replayed task writes no row twice"
+        ) from exc
 
 
 Row = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes | None]], int | None]

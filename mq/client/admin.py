@@ -277,7 +277,10 @@ class Admin(QuotaAdmin):
         parts = metadata.partitions_for(name)
         if parts is None:
             code = metadata.topic_errors.get(name, UnknownTopicOrPartitionError.code)
-            raise error_for_code(code)(f"cannot describe topic {name!r}")
+            why = metadata.topic_messages.get(name)  # the broker's: who may not do what
+            raise error_for_code(code)(
+                f"cannot describe topic {name!r}" + (f": {why}" if why else "")
+            )
         described = []
         for index in parts:
             info = metadata.partition(TopicPartition(name, index))

@@ -230,7 +230,9 @@ class Client:
         return await future
 
     async def call_any(self, api: Api[Any, RespT], body: Any) -> RespT:
-        """Send a request to any broker that answers: known brokers first, then bootstrap."""
+        """Send a request to any broker that answers: known brokers first, then bootstrap.
+        A connection error that retrying cannot cure (a refused TLS handshake:
+        :class:`~mq.errors.TlsMismatchError`) is raised at once, as it is."""
         last: MQError | None = None
         for address in self._candidates():
             try:
@@ -239,6 +241,8 @@ class Client:
                 self.track(address, future)
                 return await future
             except (NetworkError, RequestTimedOutError) as exc:
+                if not exc.retriable:  # a refused TLS handshake: another broker won't help
+                    raise
                 last = exc
         raise NetworkError(f"no broker answered {api.name}: {last}") from last
 
