@@ -50,3 +50,14 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         yield made
     finally:
         made.stop()
+
+
+@pytest.fixture
+def http_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """Three real brokers and their etcd, each with an HTTP listener on a free port."""
+    made = LocalCluster(tmp_path / "cluster", 3, settings=CLUSTER_SETTINGS, http=True)
+    made.start()
+    try:
+        yield made
+    finally:
+        made.stop()

@@ -11,13 +11,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
-from cluster_helpers import CLUSTER_SETTINGS, wait_until
+from cluster_helpers import wait_until
 
 from mq import Admin, Consumer, Producer, TopicPartition
 from mq.local_cluster import LocalCluster
@@ -27,16 +24,6 @@ TOPIC = "spread"
 COUNTS = (5, 6, 7)
 GROUP = "readers"
 COMMITTED = (5, 1, 3)
-
-
-@pytest.fixture
-def http_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    made = LocalCluster(tmp_path / "cluster", 3, settings=CLUSTER_SETTINGS, http=True)
-    made.start()
-    try:
-        yield made
-    finally:
-        made.stop()
 
 
 async def get(session: aiohttp.ClientSession, url: str, status: int = 200) -> Any:

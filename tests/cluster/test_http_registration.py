@@ -12,29 +12,16 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
-from cluster_helpers import CLUSTER_SETTINGS, wait_until
+from cluster_helpers import wait_until
 
 from mq import Admin
 from mq.local_cluster import LocalCluster
 
 TEST_TIMEOUT_S = 180
 CLI_TIMEOUT_S = 60
-
-
-@pytest.fixture
-def http_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    made = LocalCluster(tmp_path / "cluster", 3, settings=CLUSTER_SETTINGS, http=True)
-    made.start()
-    try:
-        yield made
-    finally:
-        made.stop()
 
 
 async def cluster_status(bootstrap: str) -> dict[str, Any]:
