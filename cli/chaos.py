@@ -137,6 +137,11 @@ def chaos() -> None:
     help="Runs' directories (a clean run's is deleted, a failed run's kept with its logs).",
 )
 @click.option("--keep", is_flag=True, help="Keep every run's directory.")
+@click.option(
+    "--secure",
+    is_flag=True,
+    help="Brokers listen only on sasl_ssl (TLS with a throwaway CA, SCRAM users, ACLs on).",
+)
 def run(
     runs: int,
     seed: int,
@@ -146,6 +151,7 @@ def run(
     json_path: Path | None,
     data_dir: Path,
     keep: bool,
+    secure: bool,
 ) -> None:
     """Run a campaign; exit 1 if any run found an anomaly."""
     try:
@@ -159,6 +165,7 @@ def run(
         faults=kinds,
         data_dir=data_dir,
         keep=keep,
+        secure=secure,
     )
     results: list[RunResult] = []
 
@@ -200,6 +207,7 @@ def _write(path: Path, config: RunConfig, results: list[RunResult]) -> None:
             "workload": config.workload,
             "duration": config.duration,
             "faults": config.faults,
+            "secure": config.secure,
         },
         "summary": summary(results),
         "runs": [r.to_json() for r in results],

@@ -32,10 +32,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
 START_TIMEOUT_S = 20.0
 """How long etcd or a broker may take to listen: a Python broker recovering its logs
@@ -55,7 +55,7 @@ NODE_KEYS = frozenset({"data_dir", "host", "port", "node_id", "metadata", "http_
 _LISTENING = re.compile(r"mq listening on (\S+):(\d+)")
 _HTTP_LISTENING = re.compile(r"mq HTTP listening on (\S+):(\d+)")
 
-Setting = int | float | str | bool
+Setting = int | float | str | bool | list[str]
 
 
 class LocalClusterError(RuntimeError):
@@ -104,7 +104,7 @@ def _toml_value(value: Setting) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
-    return json.dumps(value)  # a TOML basic string
+    return json.dumps(value)  # a TOML basic string, or an array of them
 
 
 def broker_config_text(settings: Mapping[str, Setting], log_settings: Mapping[str, Setting]) -> str:
@@ -493,6 +493,8 @@ class LocalCluster:
             new_session=new_session,
             host=etcd_host,
         )
+        self.client_security: dict[str, Any] = {}
+        """The security keywords a client of this cluster needs (none: plaintext)."""
         self.brokers: dict[int, BrokerProcess] = {}
         for node_id in range(1, nodes + 1):
             port = port_base + node_id - 1 if port_base else ports[1 + node_id]
@@ -526,12 +528,16 @@ class LocalCluster:
     def broker(self, node_id: int) -> BrokerProcess:
         return self.brokers[node_id]
 
-    def start(self) -> None:
+    def start(self, prepare: Callable[[str], None] | None = None) -> None:
         """Start etcd, then every broker at once; wait (bounded) until they all listen.
-        On a failure everything started is stopped before the error is raised."""
+        ``prepare`` is called with etcd's URL before any broker starts (to write users
+        into the metadata store, say). On a failure everything started is stopped before
+        the error is raised."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
         try:
             self.etcd.start()
+            if prepare is not None:
+                prepare(self.etcd.url)
             for broker in self.brokers.values():
                 broker.launch()
             deadline = time.monotonic() + START_TIMEOUT_S

@@ -37,49 +37,37 @@ import asyncio
 import contextlib
 import logging
 import time
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from mq.broker import cluster_io
-from mq.broker.admission import RateLimitedLog
+from mq.broker import dead_letters
+from mq.broker.dead_letters import log_records
 from mq.broker.queue_limits import ReceiveRates
 from mq.broker.share_sessions import PRESSURE_MIN_IDLE_S, SessionLimits, SessionTable
 from mq.broker.share_store import ShareKey, ShareStateStore
 from mq.errors import (
     CoordinatorLoadInProgressError,
     FencedLeaderEpochError,
-    LeaderNotAvailableError,
     MQError,
     NotLeaderOrFollowerError,
     ShareSessionLimitReachedError,
 )
-from mq.queues import headers as qh
 from mq.queues.config import dead_letter_queue, share_config
 from mq.queues.share_partition import (
     Acquired,
     Attributes,
-    DeadLetter,
     Filter,
-    RecordMeta,
     ShareConfig,
     SharePartition,
 )
 from mq.records.batch import split_batches
-from mq.records.records import RecordInput, build_batch, decode_records
 
 if TYPE_CHECKING:
     from mq.broker.broker import Broker
     from mq.broker.partition import Partition
 
 log = logging.getLogger(__name__)
-DEAD_LETTER_LOG_INTERVAL_S = 10.0
-"""A dead-letter queue that keeps failing (a topic that cannot be made, say one
-configured before its name was checked) is retried on every tick: one warning per
-10 s, with the count of the ones not printed, instead of 20 a second."""
-_log_dead_letter_failure = RateLimitedLog(log, logging.WARNING, DEAD_LETTER_LOG_INTERVAL_S)
-
 TICK_S = 0.05
 """How often leases and delays are checked: the resolution of a visibility timeout."""
 FILL_BYTES = 4 << 20
@@ -96,8 +84,6 @@ MIN_FILL_READ_BYTES = 64 << 10
 """Smallest log read while filling a window (one read's overhead stays small)."""
 DEDUP_LOOKBACK_BYTES = 64 << 20
 """At most this much of the log below a restored window is read to relearn dedup ids."""
-DEAD_LETTER_BATCH = 500
-"""Dead letters copied per append."""
 
 
 def now_ms() -> int:
@@ -239,7 +225,7 @@ class ShareManager:
             chunk = partition.read(offset, 1 << 20)
             if chunk is None:
                 break
-            share.seed_dedup(_records(chunk.data))
+            share.seed_dedup(log_records(chunk.data))
             read += len(chunk.data)
             offset = chunk.next_offset
             await asyncio.sleep(0)
@@ -356,7 +342,7 @@ class ShareManager:
             found = partition.read(share.end, chunk)
             if found is None:
                 break
-            share.add(_records(found.data), found.next_offset, now)
+            share.add(log_records(found.data), found.next_offset, now)
             read += len(found.data)
         if share.restoring and share.end >= partition.log.next_offset:
             share.forget_restored()  # the saved state names records this log no longer has
@@ -493,61 +479,9 @@ class ShareManager:
 
     def _kick_dead_letters(self, session: Session) -> None:
         if session.dead_lettering is None and not session.closed:
-            task = asyncio.get_running_loop().create_task(self._dead_letter_loop(session))
+            copying = dead_letters.copy(self._broker, session, self._kick_save)
+            task = asyncio.get_running_loop().create_task(copying)
             session.dead_lettering = task
-
-    async def _dead_letter_loop(self, session: Session) -> None:
-        try:
-            while not session.closed and (pending := session.share.pending_dead_letters()):
-                target = session.dead_letter_queue
-                if target is None:
-                    return
-                try:
-                    topic = await self._broker.ensure_topic(target)
-                    batch_items = pending[:DEAD_LETTER_BATCH]
-                    by_partition: dict[int, list[RecordInput]] = {}
-                    for letter, record in zip(
-                        batch_items, self._read_records(session, batch_items), strict=True
-                    ):
-                        index = (
-                            zlib.crc32(record.key) % topic.partitions
-                            if record.key is not None
-                            else session.key.partition % topic.partitions
-                        )
-                        copy = _dead_letter_record(
-                            session.key, record, letter.deliveries, letter.reason
-                        )
-                        by_partition.setdefault(index, []).append(copy)
-                    for index, records in by_partition.items():
-                        await cluster_io.append(self._broker, target, index, build_batch(records))
-                except (MQError, OSError) as exc:
-                    _log_dead_letter_failure(
-                        "dead-lettering from %s to %s: %s", session.key, target, exc
-                    )
-                    return  # the ticker tries again
-                for letter in batch_items:
-                    if not session.closed:
-                        session.share.dead_lettered_at(letter.offset)
-                if self._broker.metrics is not None:
-                    key = session.key
-                    self._broker.metrics.dead_letter(key.topic, key.group, len(batch_items))
-                self._kick_save(session)
-        finally:
-            session.dead_lettering = None
-
-    def _read_records(self, session: Session, letters: list[DeadLetter]) -> list[RecordMeta]:
-        out: list[RecordMeta] = []
-        for letter in letters:
-            found = session.partition.read(letter.offset, 1)
-            if found is None:
-                raise LeaderNotAvailableError(f"offset {letter.offset} is not readable")
-            for record in _records(found.data):
-                if record.offset == letter.offset:
-                    out.append(record)
-                    break
-            else:
-                raise LeaderNotAvailableError(f"offset {letter.offset} is not in the log")
-        return out
 
     # -- the ticker -----------------------------------------------------------------------
 
@@ -589,30 +523,6 @@ class ShareManager:
         share = session.share
         backlog = max(0, session.partition.high_watermark - share.end)
         return share.attributes(now_ms()), backlog
-
-
-def _records(data: memoryview | bytes) -> list[RecordMeta]:
-    out: list[RecordMeta] = []
-    for header, batch in split_batches(data):
-        if header.is_control:
-            continue
-        out.extend(decode_records(batch))  # type: ignore[arg-type]
-    return out
-
-
-def _dead_letter_record(key: ShareKey, record: RecordMeta, count: int, reason: str) -> RecordInput:
-    """The copy of a record in a dead-letter queue: stamped now (retention counts from the
-    move), without its delay and dedup id (they were for the first trip)."""
-    dropped = {*qh.DLQ_HEADERS, qh.DELAY_MS, qh.DEDUP_ID}
-    kept = [(name, value) for name, value in record.headers if name not in dropped]
-    kept += [
-        (qh.DLQ_TOPIC, key.topic.encode()),
-        (qh.DLQ_PARTITION, str(key.partition).encode()),
-        (qh.DLQ_OFFSET, str(record.offset).encode()),
-        (qh.DLQ_DELIVERIES, str(count).encode()),
-        (qh.DLQ_ERROR, reason.encode()[:1024]),
-    ]
-    return (record.key, record.value, kept, now_ms())
 
 
 __all__ = ["Session", "ShareConfig", "ShareManager"]

@@ -232,7 +232,10 @@ class Nemesis:
         bootstrap = ",".join(self.cluster.brokers[n].bootstrap for n in live)
 
         async def ask() -> Any:
-            async with Admin(bootstrap, request_timeout_ms=METADATA_TIMEOUT_MS) as admin:
+            security = self.cluster.client_security
+            async with Admin(
+                bootstrap, request_timeout_ms=METADATA_TIMEOUT_MS, **security
+            ) as admin:
                 return await asyncio.wait_for(what(admin), METADATA_TIMEOUT_MS / 1000)
 
         try:

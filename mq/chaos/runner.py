@@ -40,6 +40,7 @@ from mq.chaos.faults import (
 from mq.chaos.history import LogHistory, QueueHistory, ReplicaImages
 from mq.chaos.nemesis import schedule
 from mq.chaos.netcls import NetClasses, open_classes
+from mq.chaos.secured import secure
 from mq.chaos.workloads import (
     CLIENT_TIMEOUT_MS,
     FINAL_READ_TIMEOUT_S,
@@ -94,6 +95,8 @@ class RunConfig:
     segment_bytes: int = 64 << 10
     """Small segments: a run closes several, which the damage faults need."""
     keep: bool = False
+    secure: bool = False
+    """Brokers listen only on ``sasl_ssl``, with SCRAM users and ACLs (:mod:`mq.chaos.secured`)."""
 
 
 @dataclass
@@ -196,11 +199,12 @@ def run_one(config: RunConfig, run: int, log: Callable[[str], None] = print) -> 
         etcd_host=config.etcd_host,
         new_session=True,
     )
+    prepare = secure(cluster) if config.secure else None
     topics = [t for w, t in (("log", LOG_TOPIC), ("queue", QUEUE_NAME)) if _has(config, w)]
     faults = schedule(seed, config.faults, config.duration)
     nemesis = Nemesis(cluster, faults, topics, disk, classes, log=log)
     try:
-        cluster.start()
+        cluster.start(prepare)
         asyncio.run(_run(config, cluster, nemesis, result, rng, log))
     except Exception as exc:
         result.problems.append(f"{type(exc).__name__}: {exc}")
@@ -252,7 +256,12 @@ async def _run(
     log_load = queue_load = None
     if log_history is not None:
         log_load = LogWorkload(
-            bootstrap, LOG_TOPIC, config.log_partitions, config.producers, log_history
+            bootstrap,
+            LOG_TOPIC,
+            config.log_partitions,
+            config.producers,
+            log_history,
+            cluster.client_security,
         )
         await log_load.create(config.segment_bytes)
     if queue_history is not None:
@@ -264,6 +273,7 @@ async def _run(
             config.visibility_s,
             queue_history,
             random.Random(rng.random()),
+            cluster.client_security,
         )
         await queue_load.create()
     stop = asyncio.Event()
@@ -283,7 +293,7 @@ async def _run(
         result.problems.append(f"nemesis: {nemesis.error!r}")
     healing = time.monotonic()
     result.problems += await asyncio.to_thread(nemesis.heal)
-    result.healed = await _wait_full_isr(cluster.bootstrap, [LOG_TOPIC, QUEUE_NAME])
+    result.healed = await _wait_full_isr(cluster, [LOG_TOPIC, QUEUE_NAME])
     result.heal_s = round(time.monotonic() - healing, 2)
     if not result.healed:
         result.problems.append(f"the ISR was not full {HEAL_TIMEOUT_S:.0f} s after the heal")
@@ -304,7 +314,7 @@ async def _run(
             result.problems.append(
                 f"the queue was not drained in {DRAIN_TIMEOUT_S:.0f} s (messages stuck)"
             )
-        ends = await _end_offsets(cluster.bootstrap, QUEUE_NAME, config.queue_partitions)
+        ends = await _end_offsets(cluster, QUEUE_NAME, config.queue_partitions)
         high_watermarks |= {(QUEUE_NAME, p): hw for p, hw in ends.items()}
         result.queue_sent = len(queue_history.sent)
         result.queue_deliveries = len(queue_history.deliveries)
@@ -333,11 +343,14 @@ def _check(
     result.missed_plants = planted.prove(log_history, queue_history, images)
 
 
-async def _wait_full_isr(bootstrap: str, topics: list[str]) -> bool:
+async def _wait_full_isr(cluster: LocalCluster, topics: list[str]) -> bool:
     deadline = time.monotonic() + HEAL_TIMEOUT_S
+    security = cluster.client_security
     while time.monotonic() < deadline:
         try:
-            async with Admin(bootstrap, request_timeout_ms=CLIENT_TIMEOUT_MS) as admin:
+            async with Admin(
+                cluster.bootstrap, request_timeout_ms=CLIENT_TIMEOUT_MS, **security
+            ) as admin:
                 described = await admin.describe_cluster()
         except (TimeoutError, MQError, OSError):
             await asyncio.sleep(HEAL_POLL_S)
@@ -349,8 +362,10 @@ async def _wait_full_isr(bootstrap: str, topics: list[str]) -> bool:
     return False
 
 
-async def _end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer(bootstrap=bootstrap, enable_auto_commit=False)
+async def _end_offsets(cluster: LocalCluster, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer(
+        bootstrap=cluster.bootstrap, enable_auto_commit=False, **cluster.client_security
+    )
     await consumer.start()
     try:
         parts = [TopicPartition(topic, p) for p in range(partitions)]

@@ -24,6 +24,8 @@ import asyncio
 import contextlib
 import random
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from mq.chaos.history import AckAttempt, Acked, Delivery, LogHistory, QueueHistory, Read
 from mq.client import (
@@ -72,9 +74,17 @@ class LogWorkload:
     """Producers writing unique values, then one reader reading everything back."""
 
     def __init__(
-        self, bootstrap: str, topic: str, partitions: int, producers: int, history: LogHistory
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        producers: int,
+        history: LogHistory,
+        security: Mapping[str, Any] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self.security = dict(security or {})
+        """The clients' security keywords (:attr:`LocalCluster.client_security`)."""
         self.topic = topic
         self.partitions = partitions
         self.producers = producers
@@ -83,7 +93,9 @@ class LogWorkload:
         self.errors = 0
 
     async def create(self, segment_bytes: int) -> None:
-        async with Admin(self.bootstrap, request_timeout_ms=CLIENT_TIMEOUT_MS * 2) as admin:
+        async with Admin(
+            self.bootstrap, request_timeout_ms=CLIENT_TIMEOUT_MS * 2, **self.security
+        ) as admin:
             with contextlib.suppress(TopicAlreadyExistsError):
                 await admin.create_topic(
                     self.topic,
@@ -108,6 +120,7 @@ class LogWorkload:
             request_timeout_ms=CLIENT_TIMEOUT_MS,
             delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
             max_block_ms=CLIENT_TIMEOUT_MS,
+            **self.security,
         )
         await producer.start()
         pending: set[asyncio.Task[None]] = set()
@@ -163,6 +176,7 @@ class LogWorkload:
             auto_offset_reset="earliest",
             enable_auto_commit=False,
             request_timeout_ms=CLIENT_TIMEOUT_MS,
+            **self.security,
         )
         await consumer.start()
         try:
@@ -207,8 +221,10 @@ class QueueWorkload:
         visibility_s: float,
         history: QueueHistory,
         rng: random.Random,
+        security: Mapping[str, Any] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self.security = dict(security or {})
         self.queue = queue
         self.partitions = partitions
         self.consumers = consumers
@@ -221,10 +237,14 @@ class QueueWorkload:
         """Bodies with an ack attempt (an ack that reports an error may have settled)."""
 
     def _client(self, name: str) -> QueueClient:
-        return QueueClient(self.bootstrap, client_id=name, request_timeout_ms=CLIENT_TIMEOUT_MS)
+        return QueueClient(
+            self.bootstrap, client_id=name, request_timeout_ms=CLIENT_TIMEOUT_MS, **self.security
+        )
 
     async def create(self) -> None:
-        async with QueueClient(self.bootstrap, request_timeout_ms=CLIENT_TIMEOUT_MS * 2) as q:
+        async with QueueClient(
+            self.bootstrap, request_timeout_ms=CLIENT_TIMEOUT_MS * 2, **self.security
+        ) as q:
             with contextlib.suppress(TopicAlreadyExistsError):
                 await q.create_queue(
                     self.queue,
@@ -238,7 +258,10 @@ class QueueWorkload:
         """Send until ``stop``; consume until ``stop`` too."""
         clients = [
             QueueClient(
-                self.bootstrap, client_id=f"chaos-q{n}", request_timeout_ms=CLIENT_TIMEOUT_MS
+                self.bootstrap,
+                client_id=f"chaos-q{n}",
+                request_timeout_ms=CLIENT_TIMEOUT_MS,
+                **self.security,
             )
             for n in range(self.consumers)
         ]
@@ -261,7 +284,10 @@ class QueueWorkload:
         deadline = time.monotonic() + timeout_s
         clients = [
             QueueClient(
-                self.bootstrap, client_id=f"chaos-drain{n}", request_timeout_ms=CLIENT_TIMEOUT_MS
+                self.bootstrap,
+                client_id=f"chaos-drain{n}",
+                request_timeout_ms=CLIENT_TIMEOUT_MS,
+                **self.security,
             )
             for n in range(self.consumers)
         ]
@@ -282,7 +308,10 @@ class QueueWorkload:
 
     async def _send(self, stop: asyncio.Event) -> None:
         async with QueueClient(
-            self.bootstrap, client_id="chaos-sender", request_timeout_ms=CLIENT_TIMEOUT_MS
+            self.bootstrap,
+            client_id="chaos-sender",
+            request_timeout_ms=CLIENT_TIMEOUT_MS,
+            **self.security,
         ) as q:
             seq = 0
             while not stop.is_set():

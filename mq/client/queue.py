@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Unpack
 
+from mq.client import queue_admin
 from mq.client.admin import Admin
 from mq.client.client import Client
 from mq.client.futures import RecordFuture
@@ -50,19 +50,15 @@ from mq.client.queue_poll import Poll, take
 from mq.client.security import SecurityOptions, security_from
 from mq.client.types import RecordMetadata, TopicPartition
 from mq.errors import (
-    InvalidConfigError,
     InvalidReceiptError,
     MQError,
     NotLeaderOrFollowerError,
-    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
-from mq.queues import config as qc
 from mq.queues import headers as qh
 from mq.wire.apis_queues import (
     ACK,
-    DESCRIBE_QUEUE,
     EXTEND,
     MAX_WAIT_MS,
     QUEUE_ACK,
@@ -186,46 +182,25 @@ class QueueClient:
         each share group on each partition (0: no limit; not given to the dead-letter
         queue).
         """
-        configs = {
-            qc.VISIBILITY: str(ms_of(visibility_timeout)),
-            qc.MAX_DELIVERIES: str(max_deliveries),
-            qc.DEAD_LETTER_QUEUE: dead_letter_queue or "",
-            qc.DELAY: str(ms_of(delay)),
-            qc.FIFO: "true" if fifo else "false",
-        }
-        limits = {qc.RECEIVE_RATE: receive_rate, qc.MAX_IN_FLIGHT_CONFIG: max_in_flight}
+        settings = queue_admin.QueueSettings(
+            visibility_timeout,
+            max_deliveries,
+            dead_letter_queue,
+            delay,
+            fifo,
+            receive_rate,
+            max_in_flight,
+        )
         admin = await self._admin_client()
-        if dead_letter_queue:
-            if dead_letter_queue == name:
-                raise InvalidConfigError("a queue cannot be its own dead-letter queue")
-            with contextlib.suppress(TopicAlreadyExistsError):
-                # No redelivery limit to speak of: a dead-letter queue has no dead-letter
-                # queue, so running out of deliveries there would drop the dead letter.
-                dlq_configs = {
-                    **configs,
-                    qc.DEAD_LETTER_QUEUE: "",
-                    qc.DELAY: "0",
-                    qc.MAX_DELIVERIES: str(qc.MAX_DELIVERIES_LIMIT),
-                }
-                await admin.create_topic(
-                    dead_letter_queue, partitions, replication_factor, dlq_configs
-                )
-        configs.update({key: str(value) for key, value in limits.items() if value})
-        return await admin.create_topic(
-            name, partitions, replication_factor, configs, exist_ok=exist_ok
+        return await queue_admin.create_queue(
+            admin, name, partitions, settings, replication_factor, exist_ok=exist_ok
         )
 
     async def delete_queue(self, name: str) -> None:
         await (await self._admin_client()).delete_topic(name)
 
     async def list_queues(self) -> list[str]:
-        admin = await self._admin_client()
-        queues = []
-        for topic in await admin.list_topics():
-            entries = await admin.describe_configs(topic, [qc.VISIBILITY])
-            if any(not entry["is_default"] for entry in entries):
-                queues.append(topic)
-        return sorted(queues)
+        return await queue_admin.list_queues(await self._admin_client())
 
     async def purge_queue(self, name: str) -> None:
         """Delete every message of the queue (those in flight too)."""
@@ -234,44 +209,9 @@ class QueueClient:
         await admin.delete_records({tp: -1 for tp in partitions})
 
     async def describe_queue(self, name: str, *, group: str | None = None) -> QueueAttributes:
-        group = group or name
         admin = await self._admin_client()
-        configs = {
-            entry["name"]: entry["value"] or ""
-            for entry in await admin.describe_configs(name)
-            if entry["name"].startswith("queue.")
-        }
         tps = await self._partitions(name)
-        totals = dict.fromkeys(
-            (
-                "visible",
-                "delayed",
-                "in_flight",
-                "dead_lettering",
-                "acked",
-                "dead_lettered",
-                "deduplicated",
-            ),
-            0,
-        )
-        oldest: int | None = None
-        for node, owned in self._client.metadata.partitions_by_leader(tps).items():
-            if node is None:
-                raise NotLeaderOrFollowerError(f"{name}: a partition has no leader")
-            body = {"group": group, "topic": name, "partitions": [tp.partition for tp in owned]}
-            response = await self._client.call(node, DESCRIBE_QUEUE, body)
-            for part in response["partitions"]:
-                if part["error"]:
-                    raise error_for_code(part["error"])(part["message"])
-                for key in totals:
-                    totals[key] += part[key]  # type: ignore[literal-required]
-                if part["oldest_visible_ms"] >= 0:
-                    ts = part["oldest_visible_ms"]
-                    oldest = ts if oldest is None else min(oldest, ts)
-        age = None if oldest is None else max(0.0, time.time() - oldest / 1000)
-        return QueueAttributes(
-            name, group, len(tps), oldest_visible_age_s=age, configs=configs, **totals
-        )
+        return await queue_admin.describe_queue(self._client, admin, name, group or name, tps)
 
     # -- sending --------------------------------------------------------------------------
 

@@ -164,7 +164,7 @@ async def test_mutual_tls_names_the_principal_and_requires_a_certificate(
 
 async def test_principal_mapping_rules_apply(tmp_path: Path, pki: Pki) -> None:
     settings = _tls_settings(pki, client_ca=True)
-    rules = ("RULE:^CN=(.*?),O=mq tests$/$1-svc/U", "DEFAULT")
+    rules = ("RULE:^CN=(.*?),O=mq local$/$1-svc/U", "DEFAULT")
     async with running_broker(
         tmp_path / "data", ssl_principal_mapping_rules=rules, **settings
     ) as running:
