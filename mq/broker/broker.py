@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from mq.broker import limits, maintenance, producer_ids
+from mq.broker import encryption_guard, limits, maintenance, producer_ids
 from mq.broker import listeners as listener_specs
 from mq.broker.audit import AuditLog
 from mq.broker.catalog import (
@@ -185,6 +185,7 @@ class Broker:
         self._lock_data_dir()
         self._remove_deleted_dirs()
         await self.store.start()
+        await encryption_guard.check(self.store, self.config)
         self.cluster_id = (
             await self.store.get_or_create(CLUSTER_ID_KEY, lambda: uuid.uuid4().hex.encode())
         ).decode()

@@ -245,6 +245,11 @@ class BrokerConfig:
     with its newest key before they reach the disk, and every key in it decrypts. The
     same file on every broker; SIGHUP reloads it. None (the default): nothing is
     encrypted."""
+    allow_plaintext_storage: bool = False
+    """Start without ``encryption_key_file`` although the cluster's data is encrypted
+    at rest (a broker with a key file once ran on its metadata store): new batches are
+    then stored in clear. Off by default, so that a forgotten flag refuses to start
+    instead of silently writing plaintext (:mod:`mq.broker.encryption_guard`)."""
     # monitoring (issue 21): the HTTP listener, metrics, audit, logs
     http_port: int | None = None
     """Port of the broker's HTTP listener (``/metrics``, ``/healthz``, ``/readyz``, the

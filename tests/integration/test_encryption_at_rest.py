@@ -305,3 +305,37 @@ async def test_an_encrypted_compacted_topic_is_compacted_and_stays_encrypted(
         broker.stop()
     assert files_holding(broker.data_dir, SECRETS["value"]) == []
     assert set(key_ids(broker.data_dir / "table-0")) == {1}
+
+
+async def test_a_forgotten_key_file_refuses_to_start(tmp_path: Path) -> None:
+    """A restart without the key file would store new batches in clear next to the
+    encrypted ones: it refuses, naming the setting, unless clear storage is asked for."""
+    keys = tmp_path / "keys.toml"
+    add_key(keys)
+    data = tmp_path / "data"
+    broker = BrokerProcess(data, settings={**SETTINGS, "encryption_key_file": str(keys)})
+    broker.start()
+    try:
+        async with asyncio.timeout(TEST_TIMEOUT_S):
+            async with Producer(broker.bootstrap, linger_ms=1) as producer:
+                await producer.send_and_wait(TOPIC, b"secret", partition=0)
+    finally:
+        broker.stop()
+    done = subprocess.run(
+        [*SERVE, "--data-dir", str(data)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0
+    assert "encrypted at rest" in done.stderr
+    assert "--encryption-key-file" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert key_ids(data / f"{TOPIC}-0") == [1]  # nothing was written in clear
+    clear = BrokerProcess(data, settings={**SETTINGS, "allow_plaintext_storage": True})
+    clear.start()
+    try:
+        async with asyncio.timeout(TEST_TIMEOUT_S):
+            async with Producer(clear.bootstrap, linger_ms=1) as producer:
+                await producer.send_and_wait(TOPIC, b"in clear, as asked", partition=0)
+        assert key_ids(data / f"{TOPIC}-0") == [1, None]
+    finally:
+        clear.stop()
+    assert any("stored in clear" in line for line in clear.output)
