@@ -16,10 +16,12 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pytest
 
+from mq.client.producer_states import Resume
 from mq.client.sync import SyncAdmin, SyncConsumer, SyncProducer
 from mq.client.types import TopicPartition
 from spark_connector.exactly_once import TaskIdentity
 from spark_connector.options import WriteOptions
+from spark_connector.read_back import ReadBackError, read_back
 from spark_connector.schema import HEADERS_TYPE
 from spark_connector.writer import produce
 
@@ -129,3 +131,24 @@ def test_the_read_back_is_bounded(bootstrap: str) -> None:
         produce(bounded, arrow(task_rows(80)), identity)
     assert "wrote 40 records" in str(info.value)
     assert sum(topic_rows(bootstrap, topic).values()) == 40  # nothing more was written
+
+
+def test_records_gone_before_the_replay_fail_it_clearly(bootstrap: str) -> None:
+    """What the earlier attempt wrote was deleted (retention, delete_records): the replay
+    cannot know which rows are written, so it fails saying so and writes nothing."""
+    topic = "replay-gone"
+    with SyncAdmin(bootstrap) as admin:
+        admin.create_topic(topic, 1)
+        identity = TaskIdentity("write replay-gone-test", 0, 0)
+        produce(options(bootstrap, topic), arrow(task_rows(20)), identity)
+        tp = TopicPartition(topic, 0)
+        admin.delete_records({tp: 20})
+        with pytest.raises(ReadBackError, match="are gone"):
+            produce(options(bootstrap, topic), arrow(task_rows(30)), identity)
+        assert admin.list_offsets([tp], "latest") == {tp: 20}
+
+
+async def test_an_unknown_epoch_start_is_refused() -> None:
+    """A broker that does not say where the epoch starts (older than the field): no guess."""
+    with pytest.raises(ReadBackError, match="does not say where they start"):
+        await read_back(options("127.0.0.1:1", "t"), "t", 0, (2**62, 0), Resume(5, -1))
