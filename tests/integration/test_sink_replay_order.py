@@ -53,14 +53,14 @@ def arrow(rows: list[Row], per_batch: int = 37) -> Iterator[pa.RecordBatch]:
         )
 
 
-def options(bootstrap: str, topic: str) -> WriteOptions:
+def options(bootstrap: str, topic: str, compression: str | None = None) -> WriteOptions:
     return WriteOptions(
         bootstrap=bootstrap,
         topic=topic,
         request_timeout_ms=30_000,
         linger_ms=1,
         batch_size=4096,
-        compression=None,
+        compression=compression,
     )
 
 
@@ -76,14 +76,17 @@ def topic_rows(bootstrap: str, topic: str) -> Counter[Row]:
     return out
 
 
-def test_a_shuffled_replay_writes_each_row_exactly_once(bootstrap: str) -> None:
-    topic = "replay-order"
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_shuffled_replay_writes_each_row_exactly_once(
+    bootstrap: str, compression: str | None
+) -> None:
+    topic = f"replay-order-{compression}"
     with SyncAdmin(bootstrap) as admin:
         admin.create_topic(topic, PARTITIONS)
     rows = task_rows(600)
-    identity = TaskIdentity("write replay-order-test", 2, 0)
+    identity = TaskIdentity(f"write replay-order-test-{compression}", 2, 0)
     # the earlier attempt got its rows in one order and wrote 230 of them
-    assert produce(options(bootstrap, topic), arrow(rows[:230]), identity) == 230
+    assert produce(options(bootstrap, topic, compression), arrow(rows[:230]), identity) == 230
     # someone else writes to the same partitions meanwhile (skipped by the read-back)
     with SyncProducer(bootstrap=bootstrap, linger_ms=1) as other:
         for i in range(90):
@@ -92,7 +95,7 @@ def test_a_shuffled_replay_writes_each_row_exactly_once(bootstrap: str) -> None:
     # the retry gets the same rows in another order: it writes the 370 others only
     shuffled = rows[:]
     random.Random(7).shuffle(shuffled)
-    assert produce(options(bootstrap, topic), arrow(shuffled, 53), identity) == 370
+    assert produce(options(bootstrap, topic, compression), arrow(shuffled, 53), identity) == 370
     written = topic_rows(bootstrap, topic)
     others = Counter[Row]({(None, b"other %d" % i, ()): 1 for i in range(90)})
     ours = written - others
@@ -102,7 +105,7 @@ def test_a_shuffled_replay_writes_each_row_exactly_once(bootstrap: str) -> None:
     assert written & others == others
     # a third attempt (in yet another order) finds everything written: writes nothing
     random.Random(8).shuffle(shuffled)
-    assert produce(options(bootstrap, topic), arrow(shuffled), identity) == 0
+    assert produce(options(bootstrap, topic, compression), arrow(shuffled), identity) == 0
     assert topic_rows(bootstrap, topic) == written
 
 
