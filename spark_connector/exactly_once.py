@@ -50,10 +50,10 @@ live at once (Spark's speculation, off by default, or an executor presumed lost
 that still runs) write different rows under one (id, epoch), and a batch of one
 whose sequence range matches a batch of the other is taken by the broker for a
 retry of it: rows can be lost or written twice. The sink topic's partition
-count must not change while a replay is pending, the earlier attempt's records must still be in the topic
-(retention, compaction), and the replay must come within the broker's
-``producer_id_expiration_ms`` (a day by default) of the failed attempt: after
-that the broker has forgotten what the attempt wrote.
+count must not change while a replay is pending, the earlier attempt's records
+must still be in the topic (retention, compaction), and the replay must come
+within the broker's ``producer_id_expiration_ms`` (a day by default) of the
+failed attempt: after that the broker has forgotten what the attempt wrote.
 
 Pure but for the TaskContext lookup: no network.
 """
