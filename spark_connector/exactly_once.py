@@ -4,8 +4,10 @@ Spark replays a micro-batch after a crash (of the driver, an executor, a
 Python worker) with the same data: the offsets of each micro-batch are in the
 query's checkpoint before it runs, and a replayable source (mq, Kafka, files)
 reads the same rows for them. A retried task (an executor lost mid-task)
-likewise reads its rows again. Spark's Kafka sink then writes them again (at
-least once); mq's sink does not:
+likewise reads its rows again, though not always in the same order: after a
+shuffle (repartition, aggregation) Spark may hand the retry the same rows in
+another order. Spark's Kafka sink writes them again (at least once); mq's sink
+does not:
 
 * **Identity.** Each task writes with an idempotent producer whose identity is
   derived, not allocated: the producer id from (the query's id, which Spark keeps
@@ -14,28 +16,44 @@ least once); mq's sink does not:
   micro-batch has the same (id, epoch); the next micro-batch has the next epoch.
   A batch ``df.write`` uses a random id made once on the driver, so its retried
   tasks resume too.
-* **Positions.** Within the epoch, a record's sequence number in its partition
-  is its position among the task's records for that partition: the task
-  computes every row's partition itself, deterministically (the ``partition``
-  column, else murmur2 of the key as Kafka's producer, else round-robin over
-  the rows without a key).
-* **Resume.** Before writing to a topic, the task asks each partition's leader
-  (describe_producers) how many records its (id, epoch) already has there, skips
-  that many of its own rows for that partition, and continues with the next
-  sequence number. The broker appends a batch only if it starts right after the
-  last sequence it holds for that (id, epoch), so no position is ever written
-  twice, even by two live attempts at once: one of them fails and Spark retries
-  it. A task killed half-way through its writes resumes after its last record
-  that the broker appended.
+* **Placement by content.** A row's partition depends on the row alone, never on
+  its position: the ``partition`` column, else murmur2 of the key as Kafka's
+  producer, else (a keyless row) the CRC-32 of its value and headers
+  (:func:`place`). Rows with the same value and headers and no key go to one
+  partition.
+* **Resume by content.** Before writing to a topic, the task asks each
+  partition's leader (describe_producers) how many records its (id, epoch)
+  already has there and where the epoch's first batch is. Where an earlier
+  attempt wrote, the task reads those records back (the batches marked with its
+  id and epoch, from that offset: :mod:`spark_connector.read_back`) into a
+  multiset of their contents (key, value, headers), and writes only its rows for
+  that partition that are not in it — the multiset difference (:class:`Replay`) —
+  continuing with the next sequence number. The broker appends a batch only if it
+  starts right after the last sequence it holds for that (id, epoch).
+* **A replay must be a superset.** If, once all its rows are seen, an earlier
+  attempt wrote a row this attempt does not have, the query is not deterministic
+  (its rows changed between attempts, not just their order): the task fails with
+  :class:`ReplayMismatchError`, naming the partition; it never ends as if all
+  were well. Rows it had already sent that the earlier attempt did not write stay
+  written (the error says so).
 
-Requirements (documented in the README): the rows a task writes, and their order,
-must be the same when Spark runs it again: true for queries that read a
-replayable source and transform rows one by one (select, filter, map, union,
-stream-static joins); a shuffle (aggregation, repartition) can hand a task the
-same rows in another order. The sink topic's partition count must not change
-while a replay is pending, and the replay must come within the broker's
-``producer_id_expiration_ms`` (a day by default) of the failed attempt: after
-that the broker has forgotten what the attempt wrote.
+Bounds: a task reads back at most ``resumeMaxRecords`` records
+(:data:`MAX_READ_BACK_RECORDS`), checked against the broker's count before
+reading; only a 16-byte digest of each is kept.
+
+Requirements (documented in the README): a replay's rows must be the same
+multiset (any order) as the earlier attempt's: true for queries that read a
+replayable source and apply deterministic transformations, shuffles included;
+not for ``rand()``, ``uuid()``, ``current_timestamp()`` in the written columns,
+or ``limit`` without an order. One attempt of a task at a time: two attempts
+live at once (Spark's speculation, off by default, or an executor presumed lost
+that still runs) write different rows under one (id, epoch), and a batch of one
+whose sequence range matches a batch of the other is taken by the broker for a
+retry of it: rows can be lost or written twice. The sink topic's partition
+count must not change while a replay is pending, the earlier attempt's records
+must still be in the topic (retention, compaction), and the replay must come
+within the broker's ``producer_id_expiration_ms`` (a day by default) of the
+failed attempt: after that the broker has forgotten what the attempt wrote.
 
 Pure but for the TaskContext lookup: no network.
 """
@@ -43,8 +61,11 @@ Pure but for the TaskContext lookup: no network.
 from __future__ import annotations
 
 import hashlib
+import zlib
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from mq.client.partitioner import partition_for_key
 
@@ -58,6 +79,11 @@ QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 """The local property with which Spark tags a streaming query's tasks: its id (stable
 across restarts from the checkpoint; not the run id)."""
 BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
+MAX_READ_BACK_RECORDS: Final = 1_000_000
+"""Records a task reads back from earlier attempts of it, over all partitions (sink
+option ``resumeMaxRecords``): it keeps a 16-byte digest of each in a multiset, about
+150 bytes of Python memory each, so at most ~150 MB in a Python worker; a task of a
+micro-batch seldom writes more. Checked against the broker's count before reading."""
 
 
 @dataclass(frozen=True)
@@ -90,38 +116,110 @@ def stream_task_identity(
     return TaskIdentity(f"query {query_id}", partition, int(batch_id))
 
 
-class Positions:
-    """Where each of a task's rows goes and whether an earlier attempt wrote it already.
+def place(
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]],
+    partition: int | None,
+    partitions: int,
+) -> int:
+    """The partition of a row, from its content only (never from its position)."""
+    if partition is not None:
+        return partition
+    if key is not None:
+        return partition_for_key(key, partitions)
+    crc = zlib.crc32(value) if value is not None else zlib.crc32(b"\xff")
+    for name, header in headers:
+        crc = zlib.crc32(name.encode(), crc)
+        crc = zlib.crc32(b"\xff" if header is None else b"\x00" + header, crc)
+    return crc % partitions
 
-    ``skip[topic][partition]`` is how many records the earlier attempts wrote to
-    that partition (from :meth:`~mq.client.producer.Producer.resume_sequences`);
-    :meth:`place` gives a row its partition and says whether to send it.
+
+def fingerprint(
+    key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]]
+) -> bytes:
+    """A 16-byte digest of what the sink compares rows on: key, value and headers (a
+    null and an empty value differ; so do header orders)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for part in (key, value):
+        _put(digest, part)
+    digest.update(len(headers).to_bytes(4, "big"))
+    for name, header in headers:
+        _put(digest, name.encode())
+        _put(digest, header)
+    return digest.digest()
+
+
+def _put(digest: Any, part: bytes | None) -> None:
+    if part is None:
+        digest.update(b"\xff")
+    else:
+        digest.update(b"\x00" + len(part).to_bytes(8, "big"))
+        digest.update(part)
+
+
+class ReplayMismatchError(RuntimeError):
+    """A replay lacks rows an earlier attempt of its task wrote: the query is not
+    deterministic."""
+
+
+class ReadBackTooLargeError(RuntimeError):
+    """An earlier attempt wrote more than a task may read back."""
+
+
+class Replay:
+    """A task's rows against what earlier attempts of it wrote (a multiset per partition).
+
+    :meth:`written_before` says whether a row is one of them (and takes it out of
+    the multiset); :meth:`check` fails if the earlier attempts wrote rows that this
+    attempt did not have. Partitions without earlier records cost nothing.
     """
 
-    def __init__(self, task_partition: int) -> None:
-        self.skip: dict[str, dict[int, int]] = {}
-        self._seen: dict[tuple[str, int], int] = {}
-        self._round_robin = task_partition
+    def __init__(self) -> None:
+        self.earlier: dict[tuple[str, int], Counter[bytes]] = {}
         self.skipped = 0
 
-    def knows(self, topic: str) -> bool:
-        return topic in self.skip
+    def add(self, topic: str, partition: int, written: Counter[bytes]) -> None:
+        """What earlier attempts wrote to a partition: digests (:func:`fingerprint`)."""
+        if written:
+            self.earlier[(topic, partition)] = written
 
-    def resumed(self, topic: str, written: dict[int, int]) -> None:
-        self.skip[topic] = written
+    def written_before(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+    ) -> bool:
+        """Whether an earlier attempt wrote this row (each written row matches once)."""
+        earlier = self.earlier.get((topic, partition))
+        if earlier is None:
+            return False
+        digest = fingerprint(key, value, headers)
+        left = earlier.get(digest, 0)
+        if not left:
+            return False
+        if left == 1:
+            del earlier[digest]
+            if not earlier:
+                del self.earlier[(topic, partition)]
+        else:
+            earlier[digest] = left - 1
+        self.skipped += 1
+        return True
 
-    def place(self, topic: str, key: bytes | None, partition: int | None) -> tuple[int, bool]:
-        """(partition, whether to send) of the task's next row for ``topic``."""
-        partitions = len(self.skip[topic])
-        if partition is None:
-            if key is not None:
-                partition = partition_for_key(key, partitions)
-            else:
-                partition = self._round_robin % partitions
-                self._round_robin += 1
-        position = self._seen.get((topic, partition), 0)
-        self._seen[(topic, partition)] = position + 1
-        if position < self.skip[topic].get(partition, 0):
-            self.skipped += 1
-            return partition, False
-        return partition, True
+    def check(self, sent: int) -> None:
+        """Raise :class:`ReplayMismatchError` if earlier rows were not all in this attempt."""
+        if not self.earlier:
+            return
+        missing = {f"{t}-{p}": sum(c.values()) for (t, p), c in sorted(self.earlier.items())}
+        raise ReplayMismatchError(
+            f"this attempt of the task does not have {sum(missing.values())} of the rows an "
+            f"earlier attempt of it wrote (per partition: {missing}): the query is not "
+            "deterministic (its rows changed between attempts, not only their order), so "
+            "exactly-once cannot hold. Make the written rows deterministic (no rand(), "
+            "uuid(), current_timestamp(), unordered limit) or write with an at-least-once "
+            f"sink. This attempt had already written {sent} rows that the earlier one had "
+            "not; they stay in the topic"
+        )

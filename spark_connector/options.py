@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
+from spark_connector.exactly_once import MAX_READ_BACK_RECORDS
 from spark_connector.kafka_names import READ_ALIASES, WRITE_ALIASES, OptionError, canonical
 from spark_connector.security import Security, parse_security
 
@@ -72,6 +73,7 @@ _WRITE: Final = {
     "batchsize",
     "compression",
     "includeheaders",
+    "resumemaxrecords",
 }
 _IGNORED: Final = {"path", "checkpointlocation", "queryname"}
 """Spark's own options, which it passes on too: ``load(path)``/``save(path)``
@@ -137,6 +139,8 @@ class WriteOptions:
     batch_size: int
     compression: str | None
     security: Security = field(default_factory=Security)
+    resume_max_records: int = MAX_READ_BACK_RECORDS
+    """How many records a retried task may read back (:mod:`spark_connector.exactly_once`)."""
 
 
 def parse_read_options(options: Mapping[str, str], mode: Mode) -> ReadOptions:
@@ -228,6 +232,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
         batch_size=_positive(opts, "batchSize") or 256 * 1024,
         compression=compression,
         security=parse_security(opts),
+        resume_max_records=_positive(opts, "resumeMaxRecords") or MAX_READ_BACK_RECORDS,
     )
 
 

@@ -15,8 +15,9 @@ a retried request never duplicates, and the task ends only when every row is
 acknowledged by all in-sync replicas. Unlike Spark's Kafka sink (at least
 once), a task that Spark runs again (a retried task, a micro-batch replayed
 after a crash) writes no row twice: its producer's identity is derived from the
-query, the task and the micro-batch, and it resumes after what an earlier
-attempt wrote (:mod:`spark_connector.exactly_once`, with its requirements).
+query, the task and the micro-batch, and it writes only the rows that an
+earlier attempt did not (compared by content, so a replay may see its rows in
+another order: :mod:`spark_connector.exactly_once`, with its requirements).
 """
 
 from __future__ import annotations
@@ -49,15 +50,15 @@ from pyspark.sql.types import (
 
 from mq.client.producer import Producer
 from mq.client.sync import LoopThread
-from mq.errors import TopicAuthorizationFailedError
 from spark_connector.exactly_once import (
     BATCH_ID_PROPERTY,
     QUERY_ID_PROPERTY,
-    Positions,
     TaskIdentity,
+    place,
     stream_task_identity,
 )
 from spark_connector.options import OptionError, WriteOptions
+from spark_connector.read_back import Resumer
 from spark_connector.security import client_kwargs
 
 log = logging.getLogger(__name__)
@@ -154,22 +155,24 @@ def produce(
 ) -> int:
     """Send every row of ``batches``; return once all are acknowledged (the row count).
 
-    With an ``identity``, rows an earlier attempt of the task wrote are skipped
-    (:mod:`spark_connector.exactly_once`). One Arrow batch is sent while the
+    With an ``identity``, rows an earlier attempt of the task wrote are not written
+    again (:mod:`spark_connector.exactly_once`). One Arrow batch is sent while the
     previous one's acknowledgements are awaited, so the producer always has a
     batch to fill; the first failure fails the task.
     """
     thread = LoopThread("mq-spark-writer")
     try:
         producer = thread.run(_started(options, None if identity is None else identity.producer()))
-        positions = None if identity is None else Positions(identity.partition)
+        resumer = None
         try:
+            if identity is not None:
+                resumer = Resumer(producer, identity.producer(), options)
             count = 0
             pending: list[Any] = []
             for batch in batches:
                 rows = records_of(batch, options.topic)
-                if positions is not None:
-                    rows = thread.run(_unwritten(producer, positions, rows))
+                if resumer is not None:
+                    rows = thread.run(_unwritten(resumer, rows))
                 sent = thread.run(_send(producer, rows))
                 thread.run(_acknowledged(pending))
                 pending = sent
@@ -177,41 +180,29 @@ def produce(
             thread.run(_acknowledged(pending))
         finally:
             thread.run(producer.stop(), 60)
-        if positions is not None and positions.skipped:
-            log.info(
-                "mq: %d rows were written by an earlier attempt of this task: skipped",
-                positions.skipped,
-            )
+        if resumer is not None:
+            resumer.replay.check(count)
+            if resumer.replay.skipped:
+                log.info(
+                    "mq: %d rows were written by an earlier attempt of this task: skipped",
+                    resumer.replay.skipped,
+                )
         return count
     finally:
         thread.close()
 
 
-async def _unwritten(producer: Producer, positions: Positions, rows: list[Row]) -> list[Row]:
-    """The rows an earlier attempt did not write, each with its partition."""
+async def _unwritten(resumer: Resumer, rows: list[Row]) -> list[Row]:
+    """The rows no earlier attempt wrote, each with its partition (by content)."""
     out: list[Row] = []
+    known = resumer.partitions
+    written_before = resumer.replay.written_before
     for topic, value, key, headers, partition in rows:
-        if not positions.knows(topic):
-            positions.resumed(topic, await _resume_sequences(producer, topic))
-        placed, send = positions.place(topic, key, partition)
-        if send:
+        partitions = known.get(topic) or await resumer.partitions_of(topic)
+        placed = place(key, value, headers, partition, partitions)
+        if not written_before(topic, placed, key, value, headers):
             out.append((topic, value, key, headers, placed))
     return out
-
-
-async def _resume_sequences(producer: Producer, topic: str) -> dict[int, int]:
-    """What an earlier attempt of the task wrote to ``topic`` (describe_producers, which
-    needs READ on the topic, as Kafka's DescribeProducers): a refusal says why a sink
-    asks for READ."""
-    try:
-        return await producer.resume_sequences(topic)
-    except TopicAuthorizationFailedError as exc:
-        raise TopicAuthorizationFailedError(
-            f"{exc.message}. The mq sink needs READ as well as WRITE on topic {topic!r}: "
-            "before writing, each task asks the topic's leaders what an earlier attempt of "
-            "it wrote (describe_producers, which needs READ, as Kafka's DescribeProducers), "
-            "so that a retried or replayed task writes no row twice"
-        ) from exc
 
 
 Row = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes | None]], int | None]

@@ -4,7 +4,8 @@ its idempotent producers.
 Answered by each partition's leader from its producer-state table (the one that
 deduplicates retried batches, :mod:`mq.storage.producers`), read through the
 partition's writer so that it is never read halfway through an append. mq's
-extension: ``producer_ids`` narrows the answer to those producers. The
+extensions: ``producer_ids`` narrows the answer to those producers, and each
+producer's ``epoch_start_offset`` says where its current epoch's first batch is. The
 exactly-once Spark sink (:mod:`spark_connector.exactly_once`) asks it where an
 earlier attempt of its task stopped writing.
 """
@@ -61,6 +62,7 @@ def producers_of(log: Log, wanted: Collection[int] | None) -> list[ProducerState
             "producer_epoch": table[pid].epoch,
             "last_sequence": table[pid].last_sequence,
             "last_timestamp": table[pid].last_timestamp,
+            "epoch_start_offset": table[pid].epoch_start(),
         }
         for pid in ids
     ]

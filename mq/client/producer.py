@@ -30,7 +30,7 @@ from mq.client.client import Client
 from mq.client.futures import RecordFuture, SentRecords
 from mq.client.partitioner import DefaultPartitioner, Partitioner, StickyPartitions
 from mq.client.producer_batch import ProducerBatch
-from mq.client.producer_states import describe_producers
+from mq.client.producer_states import Resume, describe_producers
 from mq.client.security import SecurityOptions, security_from
 from mq.client.sender import Sender
 from mq.client.types import RecordMetadata, TopicPartition
@@ -201,11 +201,18 @@ class Producer:
         records this id has written there in this epoch (its next sequence number); the
         producer continues there. Call it before sending anything to ``topic``.
 
-        What makes a task that Spark runs again write each record once
-        (:mod:`spark_connector.exactly_once`): an earlier attempt's records are
-        known by their sequence numbers, so the caller skips that many. A partition
-        whose leader knows a later epoch of this id raises
+        A partition whose leader knows a later epoch of this id raises
         :class:`~mq.errors.InvalidProducerEpochError` (this attempt is fenced).
+        """
+        return {p: r.written for p, r in (await self.resume(topic)).items()}
+
+    async def resume(self, topic: str) -> dict[int, Resume]:
+        """:meth:`resume_sequences`, with where the epoch's first batch is in each partition.
+
+        What makes a task that Spark runs again write each record once
+        (:mod:`spark_connector.exactly_once`): it reads back the records of its
+        (id, epoch) from ``start_offset`` (they are ``written`` records, each batch
+        marked with the id and epoch) and writes only its rows that are not among them.
         """
         if self._fixed_identity is None:
             raise ClientStateError("resume_sequences needs a producer with a fixed_identity")
@@ -215,19 +222,21 @@ class Producer:
         states = await describe_producers(
             self._client, tps, [pid], timeout_s=self._client.request_timeout_s
         )
-        out: dict[int, int] = {}
+        out: dict[int, Resume] = {}
         for tp, producers in states.items():
             state = next((s for s in producers if s["producer_id"] == pid), None)
             if state is None or state["producer_epoch"] < epoch:
-                out[tp.partition] = 0
+                out[tp.partition] = Resume(0, -1)
             elif state["producer_epoch"] > epoch:
                 raise InvalidProducerEpochError(
                     f"producer {pid} epoch {epoch} is fenced in {tp.topic}-{tp.partition}: "
                     f"epoch {state['producer_epoch']} has written there since"
                 )
             else:
-                out[tp.partition] = state["last_sequence"] + 1
-        self._acc.start_sequences({TopicPartition(topic, p): n for p, n in out.items()})
+                out[tp.partition] = Resume(
+                    state["last_sequence"] + 1, state.get("epoch_start_offset", -1)
+                )
+        self._acc.start_sequences({TopicPartition(topic, p): r.written for p, r in out.items()})
         return out
 
     # -- sending --------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from mq.client.client import Client
 from mq.client.offsets import by_topic
@@ -21,7 +21,16 @@ from mq.client.types import TopicPartition
 from mq.errors import MQError, RequestTimedOutError, error_for_code
 from mq.wire.apis_data import DESCRIBE_PRODUCERS, DescribeProducersResponse, ProducerState
 
-__all__ = ["ProducerState", "describe_producers"]
+__all__ = ["ProducerState", "Resume", "describe_producers"]
+
+
+class Resume(NamedTuple):
+    """What a producer with a fixed (id, epoch) has written to one partition already."""
+
+    written: int
+    """Records of this (id, epoch) the partition holds: the next sequence number."""
+    start_offset: int
+    """The offset of the epoch's first batch there (-1: none written, or unknown)."""
 
 
 async def describe_producers(

@@ -74,10 +74,23 @@ class ProducerEntry:
     epoch: int
     batches: deque[CachedBatch] = field(default_factory=lambda: deque(maxlen=CACHED_BATCHES))
     last_timestamp: int = -1
+    epoch_start_offset: int = -1
+    """The offset of this epoch's first batch (-1: unknown, from an older snapshot):
+    where a reader finds every record the producer wrote in its epoch (the exactly-once
+    Spark sink reads back what an earlier attempt of its task wrote)."""
 
     @property
     def last_sequence(self) -> int:
         return self.batches[-1].last_sequence if self.batches else -1
+
+    def epoch_start(self) -> int:
+        """The offset of the epoch's first batch; -1 if unknown (an older snapshot's entry
+        whose first batch is no longer among the cached ones)."""
+        if self.epoch_start_offset >= 0:
+            return self.epoch_start_offset
+        if self.batches and self.batches[0].first_sequence == 0:
+            return self.batches[0].first_offset
+        return -1
 
 
 def _next_sequence(sequence: int) -> int:
@@ -144,7 +157,9 @@ class ProducerStates:
             return
         entry = self.producers.get(pid)
         if entry is None or header.producer_epoch > entry.epoch:
-            entry = self.producers[pid] = ProducerEntry(header.producer_epoch)
+            entry = self.producers[pid] = ProducerEntry(
+                header.producer_epoch, epoch_start_offset=header.base_offset
+            )
             self._trim()
         self.producers.move_to_end(pid)
         entry.batches.append(
@@ -196,7 +211,12 @@ class ProducerStates:
             {
                 "version": SNAPSHOT_VERSION,
                 "producers": {
-                    str(pid): [e.epoch, e.last_timestamp, [list(b) for b in e.batches]]
+                    str(pid): [
+                        e.epoch,
+                        e.last_timestamp,
+                        [list(b) for b in e.batches],
+                        e.epoch_start_offset,
+                    ]
                     for pid, e in self.producers.items()
                 },
             },
@@ -211,8 +231,13 @@ class ProducerStates:
             if body["version"] != SNAPSHOT_VERSION:
                 raise ValueError(f"snapshot version {body['version']}")
             states = cls()
-            for pid, (epoch, last_ts, batches) in body["producers"].items():
-                entry = ProducerEntry(int(epoch), last_timestamp=int(last_ts))
+            for pid, (epoch, last_ts, batches, *rest) in body["producers"].items():
+                # an older snapshot has no epoch start offset: unknown (-1)
+                entry = ProducerEntry(
+                    int(epoch),
+                    last_timestamp=int(last_ts),
+                    epoch_start_offset=int(rest[0]) if rest else -1,
+                )
                 entry.batches.extend(CachedBatch(*map(int, b)) for b in batches)
                 states.producers[int(pid)] = entry
         except (KeyError, TypeError, json.JSONDecodeError) as exc:

@@ -214,6 +214,10 @@ class ProducerState(TypedDict):
     last_sequence: I32
     """The sequence of the last record the partition appended for it (-1: none)."""
     last_timestamp: I64
+    epoch_start_offset: Annotated[I64, Default(-1)]
+    """mq's extension (issue 23), after Kafka's fields: the offset of the first batch of
+    the producer's current epoch (-1: unknown, or a broker that predates the field), where
+    the exactly-once Spark sink starts reading back what an earlier attempt wrote."""
 
 
 class DescribedProducersPartition(TypedDict):

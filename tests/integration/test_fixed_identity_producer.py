@@ -64,11 +64,19 @@ async def test_a_fixed_identity_resumes_where_it_stopped(bootstrap: str) -> None
         0: [(PID, 3, 9)],
         1: [(PID, 3, 3)],
     }
+    # where the epoch starts: the sink reads an earlier attempt's records back from there
+    assert [s["epoch_start_offset"] for st in states.values() for s in st] == [0, 0]
     # the same (id, epoch) again: it learns what is there and goes on after it
     assert await write(bootstrap, 3, "fixed-id", {0: [b"a10", b"a11"]}) == {0: 10, 1: 4}
     assert values_in(bootstrap, "fixed-id", 0) == [b"a%d" % i for i in range(12)]
     # a later epoch starts its sequences at 0; an earlier one is fenced
     assert await write(bootstrap, 4, "fixed-id", {1: [b"c0"]}) == {0: 0, 1: 0}
+    async with Producer(
+        bootstrap, enable_idempotence=True, fixed_identity=(PID, 4), linger_ms=1
+    ) as producer:
+        resumed = await producer.resume("fixed-id")
+    assert (resumed[1].written, resumed[1].start_offset) == (1, 4)  # c0, after b0..b3
+    assert (resumed[0].written, resumed[0].start_offset) == (0, -1)
     with pytest.raises(InvalidProducerEpochError, match="fenced in fixed-id-1"):
         await write(bootstrap, 3, "fixed-id", {})
     assert values_in(bootstrap, "fixed-id", 1) == [b"b0", b"b1", b"b2", b"b3", b"c0"]

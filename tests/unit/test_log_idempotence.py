@@ -44,6 +44,8 @@ def test_a_retried_batch_gets_its_original_offsets(tmp_path: Path, reopen: str) 
         log.append(batch(last_seq + 5, 1))  # a gap
     assert log.append(batch(last_seq + 4, 1)).first_offset == end
     assert first.first_offset == 0
+    # where the epoch started, far behind the cached batches, survives the reopen
+    assert log.producers.producers[42].epoch_start() == 0
     log.close()
 
 

@@ -91,3 +91,27 @@ def test_truncate_expire_and_snapshot_round_trip() -> None:
     assert copy.check(header(7, 0, 2, 2)) is None  # the batch at offset 2 is gone
     with pytest.raises(ValueError, match="snapshot"):
         ProducerStates.decode(b'{"version": 1}')
+
+
+def test_the_epochs_first_offset_is_kept_past_the_cached_batches_and_in_snapshots() -> None:
+    """Where a producer's current epoch starts (describe_producers' epoch_start_offset:
+    the exactly-once Spark sink reads back from there)."""
+    states = ProducerStates()
+    append(states, header(7, 0, 0, 2, offset=10))
+    append(states, header(9, 0, 0, 1, offset=12))
+    for i in range(CACHED_BATCHES + 2):  # the first batch leaves the cache
+        append(states, header(7, 0, 2 + i, 1, offset=13 + i))
+    assert states.producers[7].epoch_start() == 10
+    assert states.producers[9].epoch_start() == 12
+    append(states, header(7, 1, 0, 1, offset=40))  # a new epoch starts anew
+    assert states.producers[7].epoch_start() == 40
+    copy = ProducerStates.decode(states.encode())
+    assert copy.producers[7].epoch_start() == 40
+    copy.truncate(41)
+    assert copy.producers[7].epoch_start() == 40
+    # a snapshot of an older broker has no start offset: the cached batch that starts
+    # the epoch (sequence 0) gives it, else it is unknown (-1)
+    old = b'{"version":1,"producers":{"5":[0,1,[[0,1,30,31]]],"6":[0,1,[[8,9,50,51]]]}}'
+    older = ProducerStates.decode(old)
+    assert older.producers[5].epoch_start() == 30
+    assert older.producers[6].epoch_start() == -1

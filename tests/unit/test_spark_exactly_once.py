@@ -1,7 +1,11 @@
-"""The exactly-once sink's pure parts: derived producer identities and row positions."""
+"""The exactly-once sink's pure parts: derived identities, placement by content, and
+the multiset difference a replay writes."""
 
 from __future__ import annotations
 
+from collections import Counter
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -9,7 +13,10 @@ from mq.client.partitioner import partition_for_key
 from spark_connector.exactly_once import (
     EPOCHS_PER_ID,
     ID_SPACE,
-    Positions,
+    Replay,
+    ReplayMismatchError,
+    fingerprint,
+    place,
     producer_identity,
     stream_task_identity,
 )
@@ -39,42 +46,121 @@ def test_stream_identity_needs_sparks_properties() -> None:
     assert stream_task_identity(2, "abc", "x") is None
 
 
-Row = tuple[bytes | None, int | None]
+Row = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int | None]
+"""(key, value, headers, partition column)."""
 
-
-def placements(task: int, rows: list[Row], skip: dict[int, int]) -> list[tuple[int, bool]]:
-    positions = Positions(task)
-    positions.resumed("t", {p: skip.get(p, 0) for p in range(4)})
-    return [positions.place("t", key, partition) for key, partition in rows]
-
+PARTITIONS = 4
 
 rows_strategy = st.lists(
-    st.tuples(st.one_of(st.none(), st.binary(max_size=4)), st.one_of(st.none(), st.integers(0, 3))),
+    st.tuples(
+        st.one_of(st.none(), st.binary(max_size=3)),
+        st.one_of(st.none(), st.binary(max_size=3)),
+        st.lists(
+            st.tuples(st.sampled_from(["a", "b"]), st.one_of(st.none(), st.binary(max_size=2))),
+            max_size=2,
+        ).map(tuple),
+        st.one_of(st.none(), st.integers(0, PARTITIONS - 1)),
+    ),
     max_size=60,
 )
 
 
-@given(rows=rows_strategy, task=st.integers(0, 7), data=st.data())
-def test_a_replay_sends_exactly_the_rows_not_yet_written(
-    rows: list[Row], task: int, data: st.DataObject
+def placed(rows: list[Row]) -> list[int]:
+    return [place(k, v, h, p, PARTITIONS) for k, v, h, p in rows]
+
+
+@given(rows=rows_strategy, data=st.data())
+def test_placement_depends_on_the_row_not_on_its_position(
+    rows: list[Row], data: st.DataObject
 ) -> None:
-    """Whatever prefix of each partition's rows an earlier attempt wrote, the replay
-    sends the rest: together, every row once, each in its partition."""
-    first = placements(task, rows, {})
-    assert all(send for _, send in first)
-    per_partition: dict[int, int] = {}
-    for partition, _ in first:
-        per_partition[partition] = per_partition.get(partition, 0) + 1
-    written = {p: data.draw(st.integers(0, n)) for p, n in per_partition.items()}
-    replay = placements(task, rows, written)
-    assert [p for p, _ in replay] == [p for p, _ in first]  # the same partitions
-    seen: dict[int, int] = {}
-    for partition, send in replay:
-        position = seen.get(partition, 0)
-        seen[partition] = position + 1
-        assert send == (position >= written[partition])
-    for (key, partition), (placed, _) in zip(rows, first, strict=True):
+    order = data.draw(st.permutations(range(len(rows))))
+    before = dict(zip(range(len(rows)), placed(rows), strict=True))
+    after = placed([rows[i] for i in order])
+    assert after == [before[i] for i in order]
+    for (key, _, _, partition), where in zip(rows, placed(rows), strict=True):
+        assert 0 <= where < PARTITIONS
         if partition is not None:
-            assert placed == partition
+            assert where == partition
         elif key is not None:
-            assert placed == partition_for_key(key, 4)
+            assert where == partition_for_key(key, PARTITIONS)
+
+
+def test_keyless_rows_spread_over_the_partitions_by_content() -> None:
+    where = Counter(place(None, b"value %d" % i, [], None, PARTITIONS) for i in range(4_000))
+    assert sorted(where) == list(range(PARTITIONS))
+    assert min(where.values()) > 800  # about 1,000 each
+    assert place(None, b"v", [("h", b"1")], None, 64) == place(None, b"v", [("h", b"1")], None, 64)
+
+
+def test_fingerprints_tell_apart_what_the_sink_compares() -> None:
+    rows = [
+        (None, b"v", ()),
+        (b"", b"v", ()),
+        (None, None, ()),
+        (None, b"", ()),
+        (b"v", None, ()),
+        (None, b"v", (("h", None),)),
+        (None, b"v", (("h", b""),)),
+        (None, b"v", (("a", b"1"), ("b", b"2"))),
+        (None, b"v", (("b", b"2"), ("a", b"1"))),
+        (b"k", b"v", (("a", b"1"),)),
+        (b"kv", b"", (("a", b"1"),)),
+    ]
+    assert len({fingerprint(*row) for row in rows}) == len(rows)
+    assert fingerprint(b"k", b"v", [("a", b"1")]) == fingerprint(b"k", b"v", (("a", b"1"),))
+
+
+def replayed(rows: list[Row], written: list[Row]) -> tuple[list[Row], Replay]:
+    """What a replay of ``rows`` sends after an earlier attempt wrote ``written``."""
+    replay = Replay()
+    earlier: dict[int, Counter[bytes]] = {}
+    for (k, v, h, _), where in zip(written, placed(written), strict=True):
+        earlier.setdefault(where, Counter())[fingerprint(k, v, h)] += 1
+    for partition, digests in earlier.items():
+        replay.add("t", partition, digests)
+    sent = [
+        row
+        for row, where in zip(rows, placed(rows), strict=True)
+        if not replay.written_before("t", where, row[0], row[1], row[2])
+    ]
+    return sent, replay
+
+
+@given(rows=rows_strategy, data=st.data())
+def test_a_replay_in_any_order_sends_the_multiset_difference(
+    rows: list[Row], data: st.DataObject
+) -> None:
+    """Whatever part of its rows an earlier attempt wrote, in whatever order, a replay
+    of the same rows in another order sends the rest: together, every row once."""
+    first = data.draw(st.permutations(rows))
+    written = first[: data.draw(st.integers(0, len(rows)))]
+    again = data.draw(st.permutations(rows))
+    sent, replay = replayed(again, written)
+    replay.check(len(sent))
+    key = repr
+    assert sorted(map(key, written + sent)) == sorted(map(key, rows))
+    assert replay.skipped == len(written)
+
+
+def test_the_difference_counts_duplicates() -> None:
+    row: Row = (None, b"same", (), None)
+    other: Row = (None, b"other", (), None)
+    sent, replay = replayed([row, other, row, row], [row, row])
+    assert sent == [other, row]
+    replay.check(len(sent))
+
+
+def test_a_replay_that_lacks_written_rows_is_an_error() -> None:
+    written: list[Row] = [(None, b"a", (), None), (b"k", b"b", (), 1), (None, b"c", (), None)]
+    rows: list[Row] = [(None, b"a", (), None), (b"k", b"B", (), 1), (None, b"d", (), None)]
+    sent, replay = replayed(rows, written)
+    assert sent == rows[1:]
+    with pytest.raises(ReplayMismatchError, match="not deterministic") as info:
+        replay.check(len(sent))
+    assert "does not have 2 of the rows" in str(info.value)
+    assert "t-1" in str(info.value)
+    assert "2 rows" in str(info.value)  # what this attempt already wrote
+    # one duplicate too many written before is a mismatch as well
+    _, replay = replayed([(None, b"a", (), None)], [(None, b"a", (), None)] * 2)
+    with pytest.raises(ReplayMismatchError):
+        replay.check(0)

@@ -94,6 +94,10 @@ def test_write_options() -> None:
         parse_write_options({"compression": "brotli"})
     with pytest.raises(OptionError, match="unknown option"):
         parse_write_options({"startingOffsets": "earliest"})
+    assert parse_write_options({}).resume_max_records == 1_000_000
+    assert parse_write_options({"resumeMaxRecords": "5000"}).resume_max_records == 5000
+    with pytest.raises(OptionError, match="resumeMaxRecords"):
+        parse_write_options({"resumeMaxRecords": "-1"})
 
 
 PARTS = [("a", 0), ("a", 1), ("b", 0)]

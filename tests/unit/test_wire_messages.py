@@ -525,3 +525,20 @@ def test_encode_frame_of_a_request_matches_encode_request() -> None:
     body: Any = {"key": "g"}
     frame = encode_request(apis_groups.FIND_COORDINATOR, 0, 3, "c", body)
     assert frame == encode_frame([10, 0, 3, "c", {"key": "g"}])
+
+
+def test_describe_producers_epoch_start_offset_is_optional_both_ways() -> None:
+    """Issue 23's ``epoch_start_offset``: a broker that predates it answers without it
+    (the client reads -1: unknown); an older client ignores it."""
+    from mq.wire.apis_data import DESCRIBE_PRODUCERS
+
+    state = {"producer_id": 7, "producer_epoch": 1, "last_sequence": 4, "last_timestamp": 9}
+    old = {"topics": [{"name": "t", "partitions": [
+        {"partition": 0, "error": 0, "message": None, "producers": [dict(state)]}
+    ]}]}  # fmt: skip
+    body = DESCRIBE_PRODUCERS.response.validate(old, 0, "describe_producers")
+    assert body["topics"][0]["partitions"][0]["producers"][0]["epoch_start_offset"] == -1
+    new = {**state, "epoch_start_offset": 40}
+    old["topics"][0]["partitions"][0]["producers"] = [new]  # type: ignore[index]
+    body = DESCRIBE_PRODUCERS.response.validate(old, 0, "describe_producers")
+    assert body["topics"][0]["partitions"][0]["producers"][0]["epoch_start_offset"] == 40
