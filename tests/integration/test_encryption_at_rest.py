@@ -321,8 +321,12 @@ async def test_a_forgotten_key_file_refuses_to_start(tmp_path: Path) -> None:
                 await producer.send_and_wait(TOPIC, b"secret", partition=0)
     finally:
         broker.stop()
-    done = subprocess.run(
-        [*SERVE, "--data-dir", str(data)], capture_output=True, text=True, timeout=60
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [*SERVE, "--data-dir", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode != 0
     assert "encrypted at rest" in done.stderr
