@@ -45,11 +45,13 @@ Requirements (documented in the README): a replay's rows must be the same
 multiset (any order) as the earlier attempt's: true for queries that read a
 replayable source and apply deterministic transformations, shuffles included;
 not for ``rand()``, ``uuid()``, ``current_timestamp()`` in the written columns,
-or ``limit`` without an order. One attempt of a task at a time: two attempts
-live at once (Spark's speculation, off by default, or an executor presumed lost
-that still runs) write different rows under one (id, epoch), and a batch of one
-whose sequence range matches a batch of the other is taken by the broker for a
-retry of it: rows can be lost or written twice. The sink topic's partition
+or ``limit`` without an order. Two attempts live at once (Spark's speculation,
+off by default, or an executor presumed lost that still runs) write different
+rows under one (id, epoch): the broker refuses a batch whose sequence range the
+other already wrote with other records (its CRC differs: a second writer, not a
+retry), so that attempt fails; if their writes interleave, the next attempt's
+read-back finds rows that are not its own and fails with
+:class:`ReplayMismatchError`. Loud either way, never a silent loss. The sink topic's partition
 count must not change while a replay is pending, the earlier attempt's records
 must still be in the topic (retention, compaction), and the replay must come
 within the broker's ``producer_id_expiration_ms`` (a day by default) of the

@@ -222,13 +222,14 @@ class Log:
                 )
         first = self.next_offset
         count = sum(h.last_offset_delta + 1 for h in headers)
+        sent_crc = headers[0].crc  # the producer's (sealing changes the stored one)
         if self.keyring is not None:  # checked in clear, stored sealed
             data, headers = seal_all(self.keyring, self.name, data, headers, first)
         self._write(data, headers, first, first + count - 1, (first, leader_epoch))
         if leader_epoch > self.epochs.latest_epoch:
             self._assign_epoch(leader_epoch, first)
         if idempotent:
-            self.producers.record(headers[0]._replace(base_offset=first))
+            self.producers.record(headers[0]._replace(base_offset=first), sent_crc)
         return AppendInfo(
             first, first + count - 1, max(h.max_timestamp for h in headers), len(headers), len(data)
         )

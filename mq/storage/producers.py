@@ -7,7 +7,14 @@ last :data:`CACHED_BATCHES` batches it appended. For a new batch:
 
 * epoch below the current one → ``INVALID_PRODUCER_EPOCH`` (a zombie is fenced);
 * the same (epoch, first, last sequence) as a cached batch → a retry of a batch
-  already written: nothing is appended and the original offsets are returned;
+  already written: nothing is appended and the original offsets are returned.
+  A retry carries the same bytes, so its CRC is the cached batch's: a batch with
+  the same sequences and another CRC is not a retry but a second writer using the
+  same producer id and epoch (two attempts of one exactly-once Spark task, say)
+  → ``OUT_OF_ORDER_SEQUENCE_NUMBER``, instead of answering it with the first
+  writer's offsets and dropping its records (the CRC of an encrypted batch read
+  back from the log is the sealed one's, unknown for this: such a batch is a retry
+  by its sequences alone, as before);
 * otherwise the first sequence must follow the last one (0 after an epoch
   bump, or for a producer this partition has never seen) → else
   ``OUT_OF_ORDER_SEQUENCE_NUMBER`` (or ``UNKNOWN_PRODUCER_ID`` when the
@@ -45,7 +52,7 @@ from mq.errors import (
     OutOfOrderSequenceError,
     UnknownProducerIdError,
 )
-from mq.records.batch import NO_PRODUCER_ID, BatchHeader
+from mq.records.batch import ENCRYPTED_BIT, NO_PRODUCER_ID, BatchHeader
 from mq.storage.fileio import FileIO
 
 log = logging.getLogger(__name__)
@@ -67,6 +74,9 @@ class CachedBatch(NamedTuple):
     last_sequence: int
     first_offset: int
     last_offset: int
+    crc: int = -1
+    """The CRC the producer gave the batch (-1: unknown: an encrypted batch read back
+    from the log, or an older snapshot's entry)."""
 
 
 @dataclass
@@ -142,6 +152,13 @@ class ProducerStates:
         last = last_sequence_of(header)
         for cached in entry.batches:
             if cached.first_sequence == first and cached.last_sequence == last:
+                if cached.crc >= 0 and cached.crc != header.crc:
+                    raise OutOfOrderSequenceError(
+                        f"producer {pid} epoch {epoch} sent sequences {first}..{last} again "
+                        f"with other records (CRC {header.crc:#010x}, the batch written at "
+                        f"offset {cached.first_offset} has {cached.crc:#010x}): two writers "
+                        "are using one producer id and epoch"
+                    )
                 return cached
         expected = _next_sequence(entry.last_sequence)
         if first != expected:
@@ -150,8 +167,14 @@ class ProducerStates:
             )
         return None
 
-    def record(self, header: BatchHeader) -> None:
-        """Remember an appended batch (``header`` carries its assigned base offset)."""
+    def record(self, header: BatchHeader, crc: int | None = None) -> None:
+        """Remember an appended batch (``header`` carries its assigned base offset).
+
+        ``crc`` is the CRC the producer gave it, when ``header`` is not what the
+        producer sent (the stored header of a batch sealed by encryption at rest);
+        None takes the header's, unknown for an encrypted batch."""
+        if crc is None:
+            crc = -1 if header.attributes & ENCRYPTED_BIT else header.crc
         pid = header.producer_id
         if pid == NO_PRODUCER_ID:
             return
@@ -168,6 +191,7 @@ class ProducerStates:
                 last_sequence_of(header),
                 header.base_offset,
                 header.last_offset,
+                crc,
             )
         )
         entry.last_timestamp = max(entry.last_timestamp, header.max_timestamp)

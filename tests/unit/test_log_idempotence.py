@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from mq.errors import OutOfOrderSequenceError
+from mq.records.encryption import Keyring
 from mq.records.records import RecordInput, build_batch
 from mq.storage.config import LogConfig
 from mq.storage.log import Log
@@ -57,4 +58,28 @@ def test_truncation_forgets_the_batches_it_removes(tmp_path: Path) -> None:
     again = log.append(batch(2, 2))  # no longer a duplicate: it is appended anew
     assert again.first_offset == second.first_offset
     assert log.next_offset == second.last_offset + 1
+    log.close()
+
+
+@pytest.mark.parametrize("encrypted", [False, True], ids=["plain", "encrypted"])
+def test_a_second_writer_on_one_identity_is_refused_not_taken_for_a_retry(
+    tmp_path: Path, encrypted: bool
+) -> None:
+    """Same producer id, epoch and sequences, other records: not a retry. Taken for one,
+    its records were dropped and the writer told they were written (two attempts of an
+    exactly-once Spark task that got their rows in different orders lost rows so)."""
+    keyring = Keyring({1: bytes(range(32))}) if encrypted else None
+    log = Log.open(tmp_path, CONFIG, keyring=keyring)
+    mine = batch(0, 3)
+    theirs = build_batch(
+        [(None, b"other rows %d" % i, [], 1_000 + i) for i in range(3)],
+        producer_id=42,
+        producer_epoch=0,
+        base_sequence=0,
+    )
+    log.append(mine)
+    with pytest.raises(OutOfOrderSequenceError, match="two writers"):
+        log.append(theirs)
+    retried = log.append(mine)  # the same bytes again: a retry, its original offsets
+    assert (retried.first_offset, retried.last_offset, log.next_offset) == (0, 2, 3)
     log.close()

@@ -69,6 +69,14 @@ def placed(rows: list[Row]) -> list[int]:
     return [place(k, v, h, p, PARTITIONS) for k, v, h, p in rows]
 
 
+def landed(rows: list[Row]) -> list[str]:
+    """The records the rows make, as the topic holds them: (partition, key, value,
+    headers). Two rows that differ only in a ``partition`` column that places them
+    alike make the same record, so either may stand for the other."""
+    records = zip(rows, placed(rows), strict=True)
+    return sorted(repr((where, k, v, h)) for (k, v, h, _), where in records)
+
+
 @given(rows=rows_strategy, data=st.data())
 def test_placement_depends_on_the_row_not_on_its_position(
     rows: list[Row], data: st.DataObject
@@ -137,8 +145,7 @@ def test_a_replay_in_any_order_sends_the_multiset_difference(
     again = data.draw(st.permutations(rows))
     sent, replay = replayed(again, written)
     replay.check(len(sent))
-    key = repr
-    assert sorted(map(key, written + sent)) == sorted(map(key, rows))
+    assert landed(written + sent) == landed(rows)
     assert replay.skipped == len(written)
 
 
