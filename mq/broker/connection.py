@@ -60,12 +60,11 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from mq.broker import pacing
-from mq.broker.audit import AUDITED_APIS
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext
 from mq.broker.listeners import Listener, plaintext_check, tls_identity
-from mq.broker.metrics import ClientUsage
-from mq.broker.throttling import ClientQuotas, Timed, throttle_ms
+from mq.broker.request_layers import RequestLayers
+from mq.broker.throttling import Timed, throttle_ms
 from mq.errors import MQError, ProtocolError
 from mq.wire import apis_data
 from mq.wire.apis_quotas import THROTTLE_TIME_KEY
@@ -78,7 +77,6 @@ from mq.wire.messages import (
     encode_response_parts,
     unpack_request,
 )
-from mq.wire.registry import api_by_key
 
 if TYPE_CHECKING:
     from mq.broker.server import Server
@@ -165,11 +163,8 @@ class Connection(asyncio.Protocol):
         self._dispatched_at = 0.0
         """perf_counter() when the frame being dispatched was taken: a refused request's
         loop time is counted from there (its decoding and refusal)."""
-        self._quotas = ClientQuotas(server.broker.client_quotas)
-        """Its client's quota buckets, resolved once per principal and client id."""
-        meters = server.broker.metrics
-        self._usage = ClientUsage(meters) if meters is not None else None
-        """Its client's usage counters (metrics on), looked up once per client."""
+        self._layers = RequestLayers(server.broker)
+        """Quotas, metrics and audit of its requests (:mod:`mq.broker.request_layers`)."""
         self.ctx = RequestContext(next(_connection_ids), "?")
         self._listener = listener
         self._opened = self._loop.time()
@@ -318,14 +313,10 @@ class Connection(asyncio.Protocol):
         """The error response of a request refused before its handler. The refusal used
         the loop too (decoding, the gate): charged to its client's quotas like any other
         request, and answered with the throttle time when that puts it over (KIP-124)."""
-        wait = 0.0
-        if self.ctx.broker_id is None:
-            loop_s = time.perf_counter() - self._dispatched_at
-            principal = self.ctx.principal
-            now = self._loop.time()
-            wait = self._quotas.charge_refused(principal, client_id, api_key, size, loop_s, now)
-            if wait > 0:
-                self._hold_back(wait)
+        loop_s, now = time.perf_counter() - self._dispatched_at, self._loop.time()
+        wait = self._layers.charge_refused(self.ctx, client_id, api_key, size, loop_s, now)
+        if wait > 0:
+            self._hold_back(wait)
         self._write(encode_error_response(cid, exc, throttle_ms(wait)))
 
     def _refused(
@@ -333,13 +324,7 @@ class Connection(asyncio.Protocol):
     ) -> None:
         """A request refused before its handler (undecodable, or at the gate): audited,
         counted, and the connection closed if the refusal says so (SASL)."""
-        if request is not None and request.api.key in AUDITED_APIS:  # refused: audited
-            self._broker.audit.request(self.ctx, request, None, exc)
-        if self._usage is not None:  # refused at the gate: counted too
-            api = api_by_key(api_key)
-            name = api.name if api is not None else "unknown"
-            usage = self._usage.of(self.ctx.principal, client_id)
-            self._usage.meters.request(name, exc.name, 0.0, usage)
+        self._layers.refused(self.ctx, api_key, client_id, request, exc)
         if self.ctx.disconnect is not None:
             self._close(self.ctx.disconnect)
 
@@ -396,11 +381,7 @@ class Connection(asyncio.Protocol):
     async def _serve(self, handler: Handler, request: Request[Any], size: int, big: bool) -> None:
         cid = request.correlation_id
         ctx = self.ctx
-        charges = (
-            self._quotas.lookup(ctx.principal, request.client_id, self._loop.time())
-            if ctx.broker_id is None
-            else None
-        )
+        charges = self._layers.charges(ctx, request.client_id, self._loop.time())
         started = time.perf_counter()
         error = "none"
         body: Any = None
@@ -438,12 +419,7 @@ class Connection(asyncio.Protocol):
                     throttled = {**body, THROTTLE_TIME_KEY: throttle_ms(wait)}
                     with contextlib.suppress(MQError):
                         frame = await self._encode(cid, throttled, big)
-        if self._usage is not None:  # the request's metrics: once, here, for every API
-            usage = self._usage.of(ctx.principal, ctx.client_id)
-            elapsed = time.perf_counter() - started
-            self._usage.meters.request(request.api.name, error, elapsed, usage)
-        if request.api.key in AUDITED_APIS and self.ctx.broker_id is None:  # the audit layer
-            self._broker.audit.request(self.ctx, request, body, failure)
+        self._layers.answered(ctx, request, error, started, body, failure)  # metrics, audit
         if request.api is apis_data.PRODUCE:
             if request.body["acks"] == 0:
                 return  # acks=0: the producer expects no response

@@ -155,3 +155,11 @@ def test_security_benchmark_runs_and_verifies() -> None:
     for workload in ("W1", "W3"):
         assert len(result[workload]["runs_s"]["sasl_ssl"]) == 2
         assert result[workload]["ratio"] > 0
+
+
+def test_request_layers_benchmark_times_every_variant() -> None:
+    rows = run_benchmark("benchmarks.request_layers", "--requests", "500", "--rounds", "2")
+
+    assert [r["variant"] for r in rows] == ["none", "quotas", "metrics", "both"]
+    assert all(r["us_per_request"] > 0 for r in rows)
+    assert rows[0]["added_us"] == 0
