@@ -3,9 +3,9 @@
 Two broker processes run at once, each with a data directory of its own: ``off``
 (``mq serve``, no HTTP listener: nothing is counted) and ``on`` (``mq serve
 --http-port 0``: every request, produce and fetch counted), and a scraper, a process
-of its own, fetches the ``on`` broker's ``/metrics`` every second for the whole
-measurement (its own CPU falls on both variants' runs; the broker's work for each
-scrape on the ``on`` runs only).
+of its own, fetches the ``on`` broker's ``/metrics`` every ``--scrape-interval``
+seconds (default 1; 0: no scraper) for the whole measurement (its own CPU falls on
+both variants' runs; the broker's work for each scrape on the ``on`` runs only).
 
 The runs alternate between them (off, on, then on, off, ...), each W1 with
 ``send()``, W1 with ``send_many`` and W3 on a new topic (:mod:`benchmarks.ab`).
@@ -13,7 +13,7 @@ The report gives each variant's median msg/s and broker CPU per message, and the
 medians of the runs' paired ratios (on over off) of both; the budget is a cost
 of at most 3 %. Usage::
 
-    python -m benchmarks.metrics_overhead [--messages N] [--runs N] [--json]
+    python -m benchmarks.metrics_overhead [--messages N] [--runs N] [--scrape-interval S] [--json]
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from benchmarks import ab
 from benchmarks.common import Broker
 
 SCRAPE_INTERVAL_S = 1.0
+"""The default scrape interval: far more often than Prometheus's usual 15 s or more, so
+that a scrape's cost (a few ms of broker CPU, growing with the topics) shows."""
 SCRAPER = """
 import sys, time, urllib.request
 url, interval = sys.argv[1], float(sys.argv[2])
@@ -43,10 +45,13 @@ while True:
 
 
 @contextmanager
-def scraping(url: str) -> Iterator[None]:
-    """Scrape ``url`` every :data:`SCRAPE_INTERVAL_S` while the block runs."""
+def scraping(url: str, interval_s: float) -> Iterator[None]:
+    """Scrape ``url`` every ``interval_s`` while the block runs (0: not at all)."""
+    if not interval_s:
+        yield
+        return
     proc = subprocess.Popen(
-        [sys.executable, "-c", SCRAPER, url, str(SCRAPE_INTERVAL_S)],
+        [sys.executable, "-c", SCRAPER, url, str(interval_s)],
         stdout=subprocess.DEVNULL,
     )
     try:
@@ -58,7 +63,7 @@ def scraping(url: str) -> Iterator[None]:
         proc.wait(15)
 
 
-def measure(messages: int, size: int, runs: int) -> list[ab.Comparison]:
+def measure(messages: int, size: int, runs: int, interval_s: float) -> list[ab.Comparison]:
     with tempfile.TemporaryDirectory(prefix="mq-bench-metrics-") as tmp:
         off = Broker(Path(tmp) / "off")
         try:
@@ -68,7 +73,7 @@ def measure(messages: int, size: int, runs: int) -> list[ab.Comparison]:
             raise
         try:
             assert on.http_url, "the broker printed no HTTP address"
-            with scraping(f"{on.http_url}/metrics"):
+            with scraping(f"{on.http_url}/metrics", interval_s):
                 return ab.compare(off, on, messages, size, runs)
         finally:
             off.stop()
@@ -80,13 +85,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=100, help="payload bytes per message")
     parser.add_argument("--runs", type=int, default=8, help="runs per variant, alternating")
+    parser.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=SCRAPE_INTERVAL_S,
+        help="seconds between scrapes of the 'on' broker (0: none)",
+    )
     parser.add_argument("--quick", action="store_true", help="20,000 messages, 2 runs")
     parser.add_argument("--json", action="store_true", help="one JSON object per workload")
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.runs = 20_000, 2
-    comparisons = measure(args.messages, args.size, args.runs)
-    extra = {"scrape_interval_s": SCRAPE_INTERVAL_S}
+    comparisons = measure(args.messages, args.size, args.runs, args.scrape_interval)
+    extra = {"scrape_interval_s": args.scrape_interval}
     return 0 if ab.report(comparisons, ("off", "on"), args.json, print, extra) else 1
 
 
