@@ -18,12 +18,20 @@ machine, where other processes take the CPUs at random moments. So:
 
 Each run is W1 (``send()``), W1 ``send_many`` and W3 of
 :mod:`benchmarks.client` on a new topic, every record verified.
+
+Pairs of whole runs still scatter by 10-30 % on a loaded machine. :func:`interleaved`
+narrows that for W1 ``send()``: hundreds of chunks of :data:`CHUNK_RECORDS` records,
+each sent to every broker in turn (tens of ms apart), with a third broker set up
+like A as a control: the spread of A' over A is what the method cannot tell apart,
+and B over A is read against it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +40,7 @@ import uvloop
 
 from benchmarks import client as w1w3
 from benchmarks.common import Broker, cpu_pressure_seconds
-from mq import Admin
+from mq import Admin, Producer, RecordFuture
 
 BUDGET = 0.03
 """The most a feature may cost (issues 20 and 21)."""
@@ -202,3 +210,102 @@ def report(
             f"{wait:.0f} % | {'yes' if c.verified else 'NO'} |"
         )
     return all(c.verified for c in comparisons)
+
+
+# -- interleaved: W1 in small chunks, rotating over the brokers, with a control -------
+
+CHUNK_RECORDS = 5_000
+"""Records per chunk of the interleaved W1 (a few tens of ms: neighbouring chunks of
+the variants see nearly the same machine)."""
+
+
+@dataclass
+class Interleaved:
+    """Per-chunk paired ratios of the interleaved W1: B over A, and A' over A (A' is a
+    second broker like A: the control, what two equal brokers differ by here)."""
+
+    chunks: int
+    throughput: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    control_throughput: list[float] = field(default_factory=list)
+    control_cpu: list[float] = field(default_factory=list)
+    verified: bool = True
+
+
+async def _interleaved(brokers: Sequence[Broker], chunks: int, size: int) -> Interleaved:
+    """W1 ``send()`` of ``chunks`` chunks of :data:`CHUNK_RECORDS` to each broker (A, A',
+    B), a chunk to each in turn (the order rotated from chunk to chunk), each flushed;
+    every record's offset checked."""
+    values = w1w3.payloads(CHUNK_RECORDS, size)
+    topic = "interleaved"
+    for broker in brokers:
+        async with Admin(broker.bootstrap) as admin:
+            await admin.create_topic(topic, partitions=1)
+    out = Interleaved(chunks)
+    async with contextlib.AsyncExitStack() as stack:
+        producers = [
+            await stack.enter_async_context(Producer(b.bootstrap, acks=1)) for b in brokers
+        ]
+        futures: list[list[RecordFuture]] = [[] for _ in brokers]
+        for chunk in range(chunks):
+            spent: dict[int, tuple[float, float]] = {}
+            shift = chunk % len(brokers)
+            for k in [*range(shift, len(brokers)), *range(shift)]:
+                pid, producer, add = brokers[k].proc.pid, producers[k], futures[k].append
+                cpu, started = broker_cpu_seconds(pid), time.perf_counter()
+                for value in values:
+                    add(await producer.send(topic, value))
+                await producer.flush()
+                spent[k] = (time.perf_counter() - started, broker_cpu_seconds(pid) - cpu)
+            (a_s, a_cpu), (c_s, c_cpu), (b_s, b_cpu) = spent[0], spent[1], spent[2]
+            out.throughput.append(a_s / b_s)
+            out.cpu.append(b_cpu / a_cpu)
+            out.control_throughput.append(a_s / c_s)
+            out.control_cpu.append(c_cpu / a_cpu)
+    expected = list(range(chunks * CHUNK_RECORDS))
+    out.verified = all([f.result().offset for f in fs] == expected for fs in futures)
+    return out
+
+
+def interleaved(a: Broker, control: Broker, b: Broker, chunks: int, size: int) -> Interleaved:
+    """See :func:`_interleaved`; ``control`` is set up like ``a``."""
+    return uvloop.run(_interleaved([a, control, b], chunks, size))
+
+
+def report_interleaved(
+    result: Interleaved, names: tuple[str, str], as_json: bool, out: Callable[[str], None]
+) -> bool:
+    a_name, b_name = names
+    rows = (
+        (f"{b_name} / {a_name}", result.throughput, result.cpu),
+        (f"{a_name}' / {a_name} (control)", result.control_throughput, result.control_cpu),
+    )
+    if as_json:
+        for label, tps, cpus in rows:
+            out(
+                json.dumps(
+                    {
+                        "workload": "W1 produce interleaved",
+                        "pair": label,
+                        "chunks": result.chunks,
+                        "chunk_records": CHUNK_RECORDS,
+                        "throughput_ratio_quartiles": [round(r, 4) for r in quartiles(tps)],
+                        "cpu_ratio_quartiles": [round(r, 4) for r in quartiles(cpus)],
+                        "verified": result.verified,
+                    }
+                )
+            )
+        return result.verified
+    out(
+        f"W1 send() interleaved: {result.chunks} chunks of {CHUNK_RECORDS:,} records to "
+        f"each broker in turn; per-chunk paired ratios, median [quartiles]"
+    )
+    out("| pair | msg/s ratio | broker CPU ratio | verified |")
+    out("|---|---:|---:|---|")
+    for label, tps, cpus in rows:
+        tp, cpu = quartiles(tps), quartiles(cpus)
+        out(
+            f"| {label} | {tp[1]:.3f} [{tp[0]:.3f}-{tp[2]:.3f}] | "
+            f"{cpu[1]:.3f} [{cpu[0]:.3f}-{cpu[2]:.3f}] | {'yes' if result.verified else 'NO'} |"
+        )
+    return result.verified

@@ -11,7 +11,9 @@ The runs alternate between them (off, on, then on, off, ...), each W1 with
 ``send()``, W1 with ``send_many`` and W3 on a new topic (:mod:`benchmarks.ab`).
 The report gives each variant's median msg/s and broker CPU per message, and the
 medians of the runs' paired ratios (on over off) of both; the budget is a cost
-of at most 3 %. Usage::
+of at most 3 %. ``--interleaved CHUNKS``: W1 ``send()`` only, in that many chunks of
+5,000 records sent to each broker in turn, with a second broker without metrics as
+the control (:func:`benchmarks.ab.interleaved`). Usage::
 
     python -m benchmarks.metrics_overhead [--messages N] [--runs N] [--scrape-interval S] [--json]
 """
@@ -63,21 +65,27 @@ def scraping(url: str, interval_s: float) -> Iterator[None]:
         proc.wait(15)
 
 
-def measure(messages: int, size: int, runs: int, interval_s: float) -> list[ab.Comparison]:
+def measure(
+    messages: int, size: int, runs: int, interval_s: float, chunks: int = 0
+) -> list[ab.Comparison] | ab.Interleaved:
+    """The alternating runs, or with ``chunks`` the interleaved W1 with a second broker
+    without metrics as the control (:mod:`benchmarks.ab`)."""
     with tempfile.TemporaryDirectory(prefix="mq-bench-metrics-") as tmp:
-        off = Broker(Path(tmp) / "off")
+        brokers: list[Broker] = []
         try:
-            on = Broker(Path(tmp) / "on", ["--http-port", "0"])
-        except BaseException:
-            off.stop()
-            raise
-        try:
+            brokers.append(Broker(Path(tmp) / "off"))
+            brokers.append(Broker(Path(tmp) / "on", ["--http-port", "0"]))
+            if chunks:
+                brokers.append(Broker(Path(tmp) / "control"))
+            off, on = brokers[0], brokers[1]
             assert on.http_url, "the broker printed no HTTP address"
             with scraping(f"{on.http_url}/metrics", interval_s):
+                if chunks:
+                    return ab.interleaved(off, brokers[2], on, chunks, size)
                 return ab.compare(off, on, messages, size, runs)
         finally:
-            off.stop()
-            on.stop()
+            for broker in brokers:
+                broker.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,14 +99,23 @@ def main(argv: list[str] | None = None) -> int:
         default=SCRAPE_INTERVAL_S,
         help="seconds between scrapes of the 'on' broker (0: none)",
     )
+    parser.add_argument(
+        "--interleaved",
+        type=int,
+        default=0,
+        metavar="CHUNKS",
+        help="W1 only, in CHUNKS chunks rotating over the brokers, with a control",
+    )
     parser.add_argument("--quick", action="store_true", help="20,000 messages, 2 runs")
     parser.add_argument("--json", action="store_true", help="one JSON object per workload")
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.runs = 20_000, 2
-    comparisons = measure(args.messages, args.size, args.runs, args.scrape_interval)
+    result = measure(args.messages, args.size, args.runs, args.scrape_interval, args.interleaved)
+    if isinstance(result, ab.Interleaved):
+        return 0 if ab.report_interleaved(result, ("off", "on"), args.json, print) else 1
     extra = {"scrape_interval_s": args.scrape_interval}
-    return 0 if ab.report(comparisons, ("off", "on"), args.json, print, extra) else 1
+    return 0 if ab.report(result, ("off", "on"), args.json, print, extra) else 1
 
 
 if __name__ == "__main__":

@@ -25,13 +25,16 @@ reached: W1 (``send()`` and ``send_many``) and W3 of :mod:`benchmarks.client`
 on two brokers side by side, one with no quota and one with every quota set
 for the default client id far above the load, runs alternated; the medians of
 the paired ratios of msg/s and of broker CPU per message (:mod:`benchmarks.ab`;
-goal: <= 3 %).
+goal: <= 3 %). ``--overhead --interleaved CHUNKS``: W1 ``send()`` only, in that
+many chunks of 5,000 records sent to each broker in turn, with a second broker
+without quotas as the control (:func:`benchmarks.ab.interleaved`).
 
 Usage::
 
     python -m benchmarks.noisy_neighbour [--rate 1000] [--seconds 10] [--ramp 3]
         [--produce-quota BYTES] [--fetch-quota BYTES] [--json]
     python -m benchmarks.noisy_neighbour --overhead [--messages 200000] [--runs 8]
+    python -m benchmarks.noisy_neighbour --overhead --interleaved 600
 """
 
 from __future__ import annotations
@@ -243,22 +246,24 @@ async def _huge_quotas(bootstrap: str) -> None:
         )
 
 
-def overhead(messages: int, size: int, runs: int, as_json: bool) -> bool:
+def overhead(messages: int, size: int, runs: int, as_json: bool, chunks: int = 0) -> bool:
     """W1/W3 on a broker with no quota and one with quotas not reached, alternated
-    (:mod:`benchmarks.ab`); whether every record checked out."""
+    (:mod:`benchmarks.ab`), or with ``chunks`` W1 interleaved in that many chunks with
+    a second broker without quotas as the control; whether every record checked out."""
     with tempfile.TemporaryDirectory(prefix="mq-noisy-") as data_dir:
-        plain = Broker(Path(data_dir) / "plain")
+        names = ["plain", "quoted", "control"] if chunks else ["plain", "quoted"]
+        brokers: list[Broker] = []
         try:
-            quoted = Broker(Path(data_dir) / "quoted")
-        except BaseException:
-            plain.stop()
-            raise
-        try:
-            uvloop.run(_huge_quotas(quoted.bootstrap))
-            comparisons = ab.compare(plain, quoted, messages, size, runs)
+            for name in names:
+                brokers.append(Broker(Path(data_dir) / name))
+            uvloop.run(_huge_quotas(brokers[1].bootstrap))
+            if chunks:
+                result = ab.interleaved(brokers[0], brokers[2], brokers[1], chunks, size)
+                return ab.report_interleaved(result, ("none", "quotas"), as_json, print)
+            comparisons = ab.compare(brokers[0], brokers[1], messages, size, runs)
         finally:
-            plain.stop()
-            quoted.stop()
+            for broker in brokers:
+                broker.stop()
     return ab.report(comparisons, ("none", "quotas"), as_json, print)
 
 
@@ -276,10 +281,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=200_000, help="--overhead: records")
     parser.add_argument("--size", type=int, default=100, help="--overhead: record bytes")
     parser.add_argument("--runs", type=int, default=8, help="--overhead: runs per variant")
+    parser.add_argument(
+        "--interleaved",
+        type=int,
+        default=0,
+        metavar="CHUNKS",
+        help="--overhead: W1 only, in CHUNKS chunks rotating over the brokers, with a control",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.overhead:
-        return 0 if overhead(args.messages, args.size, args.runs, args.json) else 1
+        ok = overhead(args.messages, args.size, args.runs, args.json, args.interleaved)
+        return 0 if ok else 1
     settings = Settings(
         rate=args.rate,
         seconds=args.seconds,

@@ -157,6 +157,16 @@ def test_security_benchmark_runs_and_verifies() -> None:
         assert result[workload]["ratio"] > 0
 
 
+def test_interleaved_overhead_has_its_control_and_verifies() -> None:
+    rows = run_benchmark("benchmarks.noisy_neighbour", "--overhead", "--interleaved", "3")
+
+    assert [r["pair"] for r in rows] == ["quotas / none", "none' / none (control)"]
+    for row in rows:
+        assert row["verified"] is True
+        assert row["chunks"] == 3
+        assert len(row["cpu_ratio_quartiles"]) == 3
+
+
 def test_request_layers_benchmark_times_every_variant() -> None:
     rows = run_benchmark("benchmarks.request_layers", "--requests", "500", "--rounds", "2")
 
