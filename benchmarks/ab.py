@@ -29,6 +29,7 @@ and B over A is read against it.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import statistics
 import time
@@ -234,8 +235,10 @@ class Interleaved:
 
 async def _interleaved(brokers: Sequence[Broker], chunks: int, size: int) -> Interleaved:
     """W1 ``send()`` of ``chunks`` chunks of :data:`CHUNK_RECORDS` to each broker (A, A',
-    B), a chunk to each in turn (the order rotated from chunk to chunk), each flushed;
-    every record's offset checked."""
+    B), a chunk to each in turn, each flushed; every record's offset checked. The
+    order goes through all the permutations of the brokers, so that each comes
+    first, last and right after each other one equally often (a rotation alone
+    put B after A' twice as often as after A)."""
     values = w1w3.payloads(CHUNK_RECORDS, size)
     topic = "interleaved"
     for broker in brokers:
@@ -247,10 +250,10 @@ async def _interleaved(brokers: Sequence[Broker], chunks: int, size: int) -> Int
             await stack.enter_async_context(Producer(b.bootstrap, acks=1)) for b in brokers
         ]
         futures: list[list[RecordFuture]] = [[] for _ in brokers]
+        orders = list(itertools.permutations(range(len(brokers))))
         for chunk in range(chunks):
             spent: dict[int, tuple[float, float]] = {}
-            shift = chunk % len(brokers)
-            for k in [*range(shift, len(brokers)), *range(shift)]:
+            for k in orders[chunk % len(orders)]:
                 pid, producer, add = brokers[k].proc.pid, producers[k], futures[k].append
                 cpu, started = broker_cpu_seconds(pid), time.perf_counter()
                 for value in values:
