@@ -21,16 +21,20 @@ measured window (after A's ``--ramp``), against its quota (goal: within
 ±10 %).
 
 ``--overhead`` instead measures what quotas cost when configured but not
-reached: W1 (produce, ``send``) and W3 (consume) of
-:mod:`benchmarks.client` on two brokers side by side, one with no quota and
-one with every quota set far above the load (default client id), runs
-alternated; medians and the ratio (goal: <= 3 % slower).
+reached: W1 (``send()`` and ``send_many``) and W3 of :mod:`benchmarks.client`
+on two brokers side by side, one with no quota and one with every quota set
+for the default client id far above the load, runs alternated; the medians of
+the paired ratios of msg/s and of broker CPU per message (:mod:`benchmarks.ab`;
+goal: <= 3 %). ``--overhead --interleaved CHUNKS``: W1 ``send()`` only, in that
+many chunks of 5,000 records sent to each broker in turn, with a second broker
+without quotas as the control (:func:`benchmarks.ab.interleaved`).
 
 Usage::
 
     python -m benchmarks.noisy_neighbour [--rate 1000] [--seconds 10] [--ramp 3]
         [--produce-quota BYTES] [--fetch-quota BYTES] [--json]
-    python -m benchmarks.noisy_neighbour --overhead [--messages 200000] [--runs 5]
+    python -m benchmarks.noisy_neighbour --overhead [--messages 200000] [--runs 8]
+    python -m benchmarks.noisy_neighbour --overhead --interleaved 600
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from pathlib import Path
 
 import uvloop
 
-from benchmarks import client as w1w3
+from benchmarks import ab
 from benchmarks.common import Broker
 from benchmarks.latency import Run, Settings, one_run
 from mq import Admin, Consumer, Producer, QuotaEntity, TopicPartition
@@ -63,7 +67,10 @@ SEND_MANY = 1_000
 A_STOP_S = 15.0
 """How long tenant A's process gets to stop before it is killed."""
 HUGE_QUOTA = 1 << 40
-"""A quota no benchmark reaches (1 TiB/s), for --overhead."""
+"""A byte-rate quota no benchmark reaches (1 TiB/s), for --overhead."""
+OVERHEAD_REQUEST_PERCENTAGE = 100
+"""The request-time quota of --overhead: all of the event loop, so never reached, and
+still enforced (every request's handler timed and its loop time charged)."""
 
 
 @dataclass
@@ -227,16 +234,6 @@ def report(phases: list[Phase], quota: tuple[int, int], as_json: bool) -> None:
 # -- --overhead: W1/W3 with quotas configured but not reached ----------------------------------
 
 
-async def _w1_w3(bootstrap: str, topic: str, values: list[bytes]) -> tuple[float, float]:
-    async with Admin(bootstrap) as admin:
-        await admin.create_topic(topic, partitions=1)
-    seconds, _, ok = await w1w3.produce(bootstrap, topic, values)
-    read_s, _, read_ok = await w1w3.consume(bootstrap, topic, values)
-    if not (ok and read_ok):
-        raise RuntimeError(f"{topic}: the records did not check out")
-    return len(values) / seconds, len(values) / read_s
-
-
 async def _huge_quotas(bootstrap: str) -> None:
     async with Admin(bootstrap) as admin:
         await admin.alter_client_quotas(
@@ -244,40 +241,30 @@ async def _huge_quotas(bootstrap: str) -> None:
             {
                 "producer_byte_rate": HUGE_QUOTA,
                 "consumer_byte_rate": HUGE_QUOTA,
-                "request_percentage": 100,
+                "request_percentage": OVERHEAD_REQUEST_PERCENTAGE,
             },
         )
 
 
-def overhead(messages: int, size: int, runs: int, as_json: bool) -> None:
-    values = w1w3.payloads(messages, size)
-    figures: dict[str, dict[str, list[float]]] = {
-        v: {"W1": [], "W3": []} for v in ("no quotas", "quotas not reached")
-    }
+def overhead(messages: int, size: int, runs: int, as_json: bool, chunks: int = 0) -> bool:
+    """W1/W3 on a broker with no quota and one with quotas not reached, alternated
+    (:mod:`benchmarks.ab`), or with ``chunks`` W1 interleaved in that many chunks with
+    a second broker without quotas as the control; whether every record checked out."""
     with tempfile.TemporaryDirectory(prefix="mq-noisy-") as data_dir:
-        plain = Broker(Path(data_dir) / "plain")
-        quoted = Broker(Path(data_dir) / "quoted")
+        names = ["plain", "quoted", "control"] if chunks else ["plain", "quoted"]
+        brokers: list[Broker] = []
         try:
-            uvloop.run(_huge_quotas(quoted.bootstrap))
-            for run in range(runs):
-                order = [("no quotas", plain), ("quotas not reached", quoted)]
-                for variant, broker in order if run % 2 == 0 else order[::-1]:
-                    w1, w3 = uvloop.run(_w1_w3(broker.bootstrap, f"bench-{run}", values))
-                    figures[variant]["W1"].append(w1)
-                    figures[variant]["W3"].append(w3)
+            for name in names:
+                brokers.append(Broker(Path(data_dir) / name))
+            uvloop.run(_huge_quotas(brokers[1].bootstrap))
+            if chunks:
+                result = ab.interleaved(brokers[0], brokers[2], brokers[1], chunks, size)
+                return ab.report_interleaved(result, ("none", "quotas"), as_json, print)
+            comparisons = ab.compare(brokers[0], brokers[1], messages, size, runs)
         finally:
-            plain.stop()
-            quoted.stop()
-    medians = {v: {w: statistics.median(xs) for w, xs in f.items()} for v, f in figures.items()}
-    if as_json:
-        print(json.dumps({"runs": figures, "medians": medians}))
-        return
-    print("| workload | no quotas msg/s | quotas not reached msg/s | cost |")
-    print("|---|---:|---:|---:|")
-    for workload in ("W1", "W3"):
-        none = medians["no quotas"][workload]
-        some = medians["quotas not reached"][workload]
-        print(f"| {workload} | {none:,.0f} | {some:,.0f} | {1 - some / none:+.1%} |")
+            for broker in brokers:
+                broker.stop()
+    return ab.report(comparisons, ("none", "quotas"), as_json, print)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,12 +280,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--overhead", action="store_true", help="W1/W3, quotas vs none")
     parser.add_argument("--messages", type=int, default=200_000, help="--overhead: records")
     parser.add_argument("--size", type=int, default=100, help="--overhead: record bytes")
-    parser.add_argument("--runs", type=int, default=5, help="--overhead: runs per variant")
+    parser.add_argument("--runs", type=int, default=8, help="--overhead: runs per variant")
+    parser.add_argument(
+        "--interleaved",
+        type=int,
+        default=0,
+        metavar="CHUNKS",
+        help="--overhead: W1 only, in CHUNKS chunks rotating over the brokers, with a control",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.overhead:
-        overhead(args.messages, args.size, args.runs, args.json)
-        return 0
+        ok = overhead(args.messages, args.size, args.runs, args.json, args.interleaved)
+        return 0 if ok else 1
     settings = Settings(
         rate=args.rate,
         seconds=args.seconds,

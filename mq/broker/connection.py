@@ -60,11 +60,11 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from mq.broker import pacing
-from mq.broker.audit import AUDITED_APIS
 from mq.broker.broker import Broker
 from mq.broker.context import RequestContext
 from mq.broker.listeners import Listener, plaintext_check, tls_identity
-from mq.broker.throttling import Timed, charge, charge_refused, needs_time, throttle_ms
+from mq.broker.request_layers import RequestLayers
+from mq.broker.throttling import Timed, throttle_ms
 from mq.errors import MQError, ProtocolError
 from mq.wire import apis_data
 from mq.wire.apis_quotas import THROTTLE_TIME_KEY
@@ -77,7 +77,6 @@ from mq.wire.messages import (
     encode_response_parts,
     unpack_request,
 )
-from mq.wire.registry import api_by_key
 
 if TYPE_CHECKING:
     from mq.broker.server import Server
@@ -164,6 +163,8 @@ class Connection(asyncio.Protocol):
         self._dispatched_at = 0.0
         """perf_counter() when the frame being dispatched was taken: a refused request's
         loop time is counted from there (its decoding and refusal)."""
+        self._layers = RequestLayers(server.broker)
+        """Quotas, metrics and audit of its requests (:mod:`mq.broker.request_layers`)."""
         self.ctx = RequestContext(next(_connection_ids), "?")
         self._listener = listener
         self._opened = self._loop.time()
@@ -312,14 +313,10 @@ class Connection(asyncio.Protocol):
         """The error response of a request refused before its handler. The refusal used
         the loop too (decoding, the gate): charged to its client's quotas like any other
         request, and answered with the throttle time when that puts it over (KIP-124)."""
-        wait = 0.0
-        quotas = self._broker.client_quotas
-        if quotas.active and self.ctx.broker_id is None:
-            loop_s = time.perf_counter() - self._dispatched_at
-            now = self._loop.time()
-            wait = charge_refused(quotas, self.ctx.principal, client_id, api_key, size, loop_s, now)
-            if wait > 0:
-                self._hold_back(wait)
+        loop_s, now = time.perf_counter() - self._dispatched_at, self._loop.time()
+        wait = self._layers.charge_refused(self.ctx, client_id, api_key, size, loop_s, now)
+        if wait > 0:
+            self._hold_back(wait)
         self._write(encode_error_response(cid, exc, throttle_ms(wait)))
 
     def _refused(
@@ -327,12 +324,7 @@ class Connection(asyncio.Protocol):
     ) -> None:
         """A request refused before its handler (undecodable, or at the gate): audited,
         counted, and the connection closed if the refusal says so (SASL)."""
-        if request is not None and request.api.key in AUDITED_APIS:  # refused: audited
-            self._broker.audit.request(self.ctx, request, None, exc)
-        if self._broker.metrics is not None:  # refused at the gate: counted too
-            api = api_by_key(api_key)
-            name = api.name if api is not None else "unknown"
-            self._broker.metrics.request(name, exc.name, 0.0, self.ctx.principal, client_id)
+        self._layers.refused(self.ctx, api_key, client_id, request, exc)
         if self.ctx.disconnect is not None:
             self._close(self.ctx.disconnect)
 
@@ -388,12 +380,8 @@ class Connection(asyncio.Protocol):
 
     async def _serve(self, handler: Handler, request: Request[Any], size: int, big: bool) -> None:
         cid = request.correlation_id
-        quotas = self._broker.client_quotas
-        resolved = (
-            quotas.resolved(self.ctx.principal, request.client_id, self._loop.time())
-            if quotas.active and self.ctx.broker_id is None
-            else None
-        )
+        ctx = self.ctx
+        charges = self._layers.charges(ctx, request.client_id, self._loop.time())
         started = time.perf_counter()
         error = "none"
         body: Any = None
@@ -402,8 +390,8 @@ class Connection(asyncio.Protocol):
         encoding = 0.0
         frame: bytes | list[Buffer]
         try:
-            work: Awaitable[Any] = handler(self._broker, self.ctx, request.body)
-            if resolved and needs_time(resolved):
+            work: Awaitable[Any] = handler(self._broker, ctx, request.body)
+            if charges is not None and charges.loop_time is not None:
                 work = timed = Timed(work)
             body = await work
             encoding = time.perf_counter()
@@ -415,15 +403,14 @@ class Connection(asyncio.Protocol):
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("%s from %s failed", request.api.name, self.ctx.peer)
+            log.exception("%s from %s failed", request.api.name, ctx.peer)
             encoding = time.perf_counter()
             failure = MQError(f"{request.api.name} failed on the broker")
             frame = encode_error_response(cid, failure)
             error = failure.name
-        if resolved:  # charged whether it succeeded or failed (KIP-124)
+        if charges is not None:  # charged whether it succeeded or failed (KIP-124)
             loop_s = timed.spent + time.perf_counter() - encoding if timed is not None else 0.0
-            out = len(frame) if isinstance(frame, bytes) else sum(map(len, frame))
-            wait = charge(quotas, resolved, request.api, size, out, loop_s, self._loop.time())
+            wait = charges.charge(request.api.key, size, frame, loop_s, self._loop.time())
             if wait > 0:
                 self._hold_back(wait)
                 if failure is not None:
@@ -432,13 +419,7 @@ class Connection(asyncio.Protocol):
                     throttled = {**body, THROTTLE_TIME_KEY: throttle_ms(wait)}
                     with contextlib.suppress(MQError):
                         frame = await self._encode(cid, throttled, big)
-        meters = self._broker.metrics
-        if meters is not None:  # the request's metrics: once, here, for every API
-            ctx = self.ctx
-            elapsed = time.perf_counter() - started
-            meters.request(request.api.name, error, elapsed, ctx.principal, ctx.client_id)
-        if request.api.key in AUDITED_APIS and self.ctx.broker_id is None:  # the audit layer
-            self._broker.audit.request(self.ctx, request, body, failure)
+        self._layers.answered(ctx, request, error, started, body, failure)  # metrics, audit
         if request.api is apis_data.PRODUCE:
             if request.body["acks"] == 0:
                 return  # acks=0: the producer expects no response

@@ -2,7 +2,9 @@
 
 The hot path adds to dicts of ints (a request's api and error, a produce's
 records and bytes per topic, a principal's usage): per request or per batch,
-never per record, and with no lock and no metric object (one event loop).
+never per record, and with no lock and no metric object (one event loop). A
+request's counters are found with one lookup by its API's name (:class:`ApiMeter`)
+and its client's usage is cached by its connection (:class:`ClientUsage`).
 :mod:`mq.http.metrics` turns them into Prometheus families when someone scrapes
 ``/metrics``; the gauges (lag, queue depth, sizes, ISR) are not kept here at all,
 they are computed from the broker's state at scrape time.
@@ -90,15 +92,46 @@ class Usage:
         self.requests = 0
 
 
+class ApiMeter:
+    """One API's answered requests by error name ("none": success) and its latency
+    histogram: what a request adds to, found with one lookup by the API's name."""
+
+    __slots__ = ("errors", "latency")
+
+    def __init__(self) -> None:
+        self.errors: dict[str, int] = {}
+        self.latency = Histogram(LATENCY_BUCKETS_S)
+
+
+class ClientUsage:
+    """A connection's cached :class:`Usage`: looked up in the meters' table only when
+    the connection's principal or client id changes (authentication, a new client
+    id), not per request."""
+
+    __slots__ = ("_client_id", "_principal", "_usage", "meters")
+
+    def __init__(self, meters: Meters) -> None:
+        self.meters = meters
+        self._principal = ""
+        self._client_id: str | None = None
+        self._usage: Usage | None = None
+
+    def of(self, principal: str, client_id: str | None) -> Usage:
+        usage = self._usage
+        if usage is None or client_id != self._client_id or principal != self._principal:
+            usage = self._usage = self.meters.usage_of(principal, client_id)
+            self._principal, self._client_id = principal, client_id
+        return usage
+
+
 class Meters:
     """The broker's counters (see the module docstring)."""
 
     def __init__(self, max_labelled: int) -> None:
         self.max_labelled = max_labelled
-        self.requests: dict[tuple[str, str], int] = {}
-        """(api, error name or "none") -> requests answered."""
-        self.latency: dict[str, Histogram] = {}
-        """api -> seconds from dispatch to the response's encoding."""
+        self.apis: dict[str, ApiMeter] = {}
+        """api -> its requests by error and its latency (seconds from dispatch to the
+        response's encoding); API and error names are finite: no cap needed."""
         self.records_in: dict[str, int] = {}
         self.bytes_in: dict[str, int] = {}
         self.bytes_out: dict[str, int] = {}
@@ -118,6 +151,16 @@ class Meters:
         self.connections: Callable[[], dict[str, int]] | None = None
         """Open connections per listener, read at scrape time (set by the server)."""
 
+    @property
+    def requests(self) -> dict[tuple[str, str], int]:
+        """(api, error name or "none") -> requests answered (built at scrape time)."""
+        return {(api, e): n for api, m in self.apis.items() for e, n in m.errors.items()}
+
+    @property
+    def latency(self) -> dict[str, Histogram]:
+        """api -> seconds from dispatch to the response's encoding."""
+        return {api: m.latency for api, m in self.apis.items()}
+
     def _key(self, table: Mapping[K, object], key: K, other: K, metric: str) -> K:
         if key in table or len(table) < self.max_labelled:
             return key
@@ -126,17 +169,16 @@ class Meters:
 
     # -- per request (the connection's dispatch) -------------------------------------
 
-    def request(
-        self, api: str, error: str, seconds: float, principal: str, client_id: str | None
-    ) -> None:
-        """A request was answered (``error`` is "none" or the error's name)."""
-        key = (api, error)  # api and error names are finite: no cap needed
-        self.requests[key] = self.requests.get(key, 0) + 1
-        histogram = self.latency.get(api)
-        if histogram is None:
-            histogram = self.latency[api] = Histogram(LATENCY_BUCKETS_S)
-        histogram.observe(seconds)
-        self.usage_of(principal, client_id).requests += 1
+    def request(self, api: str, error: str, seconds: float, usage: Usage) -> None:
+        """A request was answered (``error`` is "none" or the error's name); ``usage``
+        its client's (:class:`ClientUsage` keeps it per connection)."""
+        meter = self.apis.get(api)
+        if meter is None:
+            meter = self.apis[api] = ApiMeter()
+        errors = meter.errors
+        errors[error] = errors.get(error, 0) + 1
+        meter.latency.observe(seconds)
+        usage.requests += 1
 
     def usage_of(self, principal: str, client_id: str | None) -> Usage:
         key = (principal, client_id or "")

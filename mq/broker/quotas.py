@@ -91,6 +91,10 @@ class QuotaManager:
         self.max_throttle_s = config.quota_max_throttle_ms / 1000
         self.quotas: dict[Entity, dict[str, float]] = {}
         self.revision = 0
+        self.generation = 0
+        """Bumped whenever a resolution may change (the quotas changed, buckets were
+        dropped): a connection's cached resolution (:class:`~mq.broker.throttling.ClientQuotas`)
+        is good while this is unchanged."""
         self._resolved: dict[tuple[str, str | None], Resolved] = {}
         self._buckets: dict[tuple[str, BucketKey], ThrottleBucket] = {}
         self._watch: asyncio.Task[None] | None = None
@@ -164,6 +168,7 @@ class QuotaManager:
         self.quotas = quotas
         self.revision = revision
         self._resolved.clear()
+        self.generation += 1
         self.changed.set()
         self.changed.clear()
 
@@ -215,6 +220,7 @@ class QuotaManager:
         resolved again shares its new bucket with the others of its entity)."""
         self._buckets = {k: b for k, b in self._buckets.items() if b.throttle_s(now) > 0}
         self._resolved.clear()
+        self.generation += 1
 
     # -- reads and writes for the APIs -----------------------------------------------------
 

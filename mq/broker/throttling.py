@@ -6,14 +6,15 @@ and the connection-creation rate per client address.
   waits): what a ``request_percentage`` quota is about (Kafka's request time
   quota, KIP-124, measures handler thread time; mq's one thread is the loop).
   Only requests of clients with such a quota pay for it.
-* :func:`charge` records one request's bytes and loop time against its
-  client's buckets and returns the throttle time (seconds), whether the
-  request succeeded or failed: a failed request used the broker too, and a
+* :class:`ClientQuotas` holds a connection's resolved buckets (looked up
+  again only when the principal, the client id or the quotas change) and
+  :meth:`Charges.charge` records one request's bytes and loop time against
+  them and returns the throttle time (seconds), whether the request succeeded
+  or failed: a failed request used the broker too, and a
   client sending only failing ones is throttled like any other (KIP-124
   counts every client request, unauthorized ones included, so a flood of
-  refused requests is not free). :func:`charge_refused` does it for a request
-  refused before its handler (undecodable, or at the gate), whose client's
-  quotas are not resolved yet.
+  refused requests is not free). :meth:`ClientQuotas.charge_refused` does it for a request
+  refused before its handler (undecodable, or at the gate).
 * :class:`ConnectionRate` keeps a bucket per client address for
   ``max_connection_creation_rate``.
 
@@ -23,14 +24,14 @@ Thread safety: one event loop.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable, Generator, Sequence
 from typing import Any, Final
 
 from mq.broker.quotas import QuotaManager, Resolved
 from mq.quotas import entities as q
 from mq.quotas.buckets import ThrottleBucket
 from mq.wire import apis_data
-from mq.wire.registry import Api
+from mq.wire.frames import Buffer
 
 MAX_ADDRESSES: Final = 65_536
 """Client addresses whose connection-creation buckets are kept; past it those not in
@@ -44,7 +45,7 @@ _FETCH: Final = apis_data.FETCH.key
 
 class Timed:
     """``await Timed(coro)``: the coroutine's result; :attr:`spent` the seconds its
-    steps held the loop."""
+    steps held the loop (two clock reads per step, kept in locals until the end)."""
 
     __slots__ = ("_work", "spent")
 
@@ -54,29 +55,29 @@ class Timed:
 
     def __await__(self) -> Generator[Any, Any, Any]:
         coro = self._work.__await__()
-        clock = time.perf_counter
+        send, clock = coro.send, time.perf_counter
+        spent = 0.0
         value: Any = None
         error: BaseException | None = None
-        while True:
-            started = clock()
-            try:
-                yielded = coro.send(value) if error is None else coro.throw(error)
-            except StopIteration as stop:
-                self.spent += clock() - started
-                return stop.value
-            except BaseException:
-                self.spent += clock() - started
-                raise
-            self.spent += clock() - started
-            try:
-                value = yield yielded
-                error = None
-            except BaseException as exc:  # cancellation goes into the handler
-                value, error = None, exc
-
-
-def needs_time(resolved: Resolved) -> bool:
-    return q.REQUEST_PERCENTAGE in resolved
+        try:
+            while True:
+                started = clock()
+                try:
+                    yielded = send(value) if error is None else coro.throw(error)
+                except StopIteration as stop:
+                    spent += clock() - started
+                    return stop.value
+                except BaseException:
+                    spent += clock() - started
+                    raise
+                spent += clock() - started
+                try:
+                    value = yield yielded
+                    error = None
+                except BaseException as exc:  # cancellation goes into the handler
+                    value, error = None, exc
+        finally:
+            self.spent += spent
 
 
 def throttle_ms(wait_s: float) -> int:
@@ -84,47 +85,99 @@ def throttle_ms(wait_s: float) -> int:
     return int(wait_s * 1000 + 0.999) if wait_s > 0 else 0
 
 
-def charge(
-    quotas: QuotaManager,
-    resolved: Resolved,
-    api: Api[Any, Any] | int,
-    request_bytes: int,
-    response_bytes: int,
-    loop_s: float,
-    now: float,
-) -> float:
-    """Record one request's cost for its client; the seconds it must wait (0: none).
+class Charges:
+    """The buckets of the quotas that apply to one client, and the cap on its waits:
+    what one request's cost is recorded in (made once per resolution, kept by the
+    connection and by each request in progress: a later lookup for another client
+    id on the same connection does not move an earlier request's charge)."""
 
-    ``api``: the request's API, or its key (one no API has for an unknown key)."""
-    throttle = 0.0
-    key = api if isinstance(api, int) else api.key
-    if key == _PRODUCE:
-        throttle = quotas.charge(resolved, q.PRODUCER_BYTE_RATE, request_bytes, now)
-    elif key == _FETCH:
-        throttle = quotas.charge(resolved, q.CONSUMER_BYTE_RATE, response_bytes, now)
-    if loop_s:
-        loop_wait = quotas.charge(resolved, q.REQUEST_PERCENTAGE, loop_s, now)
-        if loop_wait > throttle:
-            throttle = loop_wait
-    return throttle
+    __slots__ = ("fetch", "loop_time", "max_throttle_s", "produce")
+
+    def __init__(self, resolved: Resolved, max_throttle_s: float) -> None:
+        self.produce = resolved.get(q.PRODUCER_BYTE_RATE)
+        self.fetch = resolved.get(q.CONSUMER_BYTE_RATE)
+        self.loop_time = resolved.get(q.REQUEST_PERCENTAGE)
+        """The buckets of its producer_byte_rate, consumer_byte_rate and
+        request_percentage quotas (None: no such quota applies)."""
+        self.max_throttle_s = max_throttle_s
+
+    def charge(
+        self,
+        api_key: int,
+        request_bytes: int,
+        response: bytes | Sequence[Buffer],
+        loop_s: float,
+        now: float,
+    ) -> float:
+        """Record one request's cost: its bytes for a produce, its response's for a
+        fetch, its loop time; the seconds the client must now wait (0: none), at most
+        ``quota_max_throttle_ms``."""
+        wait = 0.0
+        if api_key == _PRODUCE:
+            if self.produce is not None:
+                wait = self.produce.record(request_bytes, now)
+        elif api_key == _FETCH and self.fetch is not None:
+            out = len(response) if isinstance(response, bytes) else sum(map(len, response))
+            wait = self.fetch.record(out, now)
+        if loop_s and self.loop_time is not None:
+            loop_wait = self.loop_time.record(loop_s, now)
+            if loop_wait > wait:
+                wait = loop_wait
+        return wait if wait < self.max_throttle_s else self.max_throttle_s
 
 
-def charge_refused(
-    quotas: QuotaManager,
-    principal: str,
-    client_id: str | None,
-    api_key: int,
-    request_bytes: int,
-    loop_s: float,
-    now: float,
-) -> float:
-    """Record the cost of a request refused before its handler ran (its bytes for a
-    produce, the loop time its decoding and refusal took); the seconds its client must
-    wait. Its response is a short error: nothing counts on the fetch byte rate."""
-    resolved = quotas.resolved(principal, client_id, now)
-    if not resolved:
-        return 0.0
-    return charge(quotas, resolved, api_key, request_bytes, 0, loop_s, now)
+class ClientQuotas:
+    """One connection's view of its client's quotas: the :class:`Charges` that apply,
+    resolved once per (principal, client id) and quota generation, not per request.
+
+    The request path asks :meth:`lookup` (three comparisons while nothing changed:
+    no lookup in the manager's tables, no allocation); with no quota configured, or
+    none that applies to the client, it is None and nothing else runs. Otherwise
+    the handler is wrapped in :class:`Timed` only when a request_percentage quota
+    applies, and :meth:`Charges.charge` records the request's cost in at most two
+    buckets.
+    """
+
+    __slots__ = ("_charges", "_client_id", "_generation", "_principal", "_quotas")
+
+    def __init__(self, quotas: QuotaManager) -> None:
+        self._quotas = quotas
+        self._generation = -1
+        self._principal = ""
+        self._client_id: str | None = None
+        self._charges: Charges | None = None
+
+    def lookup(self, principal: str, client_id: str | None, now: float) -> Charges | None:
+        """The quotas that apply to this client (None: none)."""
+        quotas = self._quotas
+        if (
+            self._generation == quotas.generation
+            and client_id == self._client_id
+            and principal == self._principal
+        ):
+            return self._charges
+        resolved = quotas.resolved(principal, client_id, now) if quotas.active else None
+        self._generation = quotas.generation  # after resolved(): it may prune buckets
+        self._principal, self._client_id = principal, client_id
+        self._charges = Charges(resolved, quotas.max_throttle_s) if resolved else None
+        return self._charges
+
+    def charge_refused(
+        self,
+        principal: str,
+        client_id: str | None,
+        api_key: int,
+        request_bytes: int,
+        loop_s: float,
+        now: float,
+    ) -> float:
+        """Record the cost of a request refused before its handler ran (its bytes for a
+        produce, the loop time its decoding and refusal took); the seconds its client
+        must wait. Its response is a short error: nothing counts on the fetch byte rate."""
+        charges = self.lookup(principal, client_id, now)
+        if charges is None:
+            return 0.0
+        return charges.charge(api_key, request_bytes, b"", loop_s, now)
 
 
 class ConnectionRate:

@@ -129,6 +129,23 @@ def test_metrics_overhead_runs_both_variants_and_verifies() -> None:
         assert row["runs"] == 2
         assert row["off_msg_per_s"] > 0
         assert row["on_msg_per_s"] > 0
+        assert len(row["paired_throughput_ratios"]) == len(row["paired_cpu_ratios"]) == 2
+        assert row["off_broker_cpu_us_per_msg"] > 0
+        assert row["on_broker_cpu_us_per_msg"] > 0
+
+
+def test_quota_overhead_runs_both_variants_and_verifies() -> None:
+    rows = run_benchmark(
+        "benchmarks.noisy_neighbour", "--overhead", "--messages", "2000", "--runs", "2"
+    )
+
+    assert [r["workload"] for r in rows] == ["W1 produce", "W1 send_many", "W3 consume"]
+    for row in rows:
+        assert row["verified"] is True
+        assert row["variants"] == ["none", "quotas"]
+        assert len(row["paired_throughput_ratios"]) == len(row["paired_cpu_ratios"]) == 2
+        assert row["none_broker_cpu_us_per_msg"] > 0
+        assert row["quotas_broker_cpu_us_per_msg"] > 0
 
 
 def test_security_benchmark_runs_and_verifies() -> None:
@@ -138,3 +155,21 @@ def test_security_benchmark_runs_and_verifies() -> None:
     for workload in ("W1", "W3"):
         assert len(result[workload]["runs_s"]["sasl_ssl"]) == 2
         assert result[workload]["ratio"] > 0
+
+
+def test_interleaved_overhead_has_its_control_and_verifies() -> None:
+    rows = run_benchmark("benchmarks.noisy_neighbour", "--overhead", "--interleaved", "3")
+
+    assert [r["pair"] for r in rows] == ["quotas / none", "none' / none (control)"]
+    for row in rows:
+        assert row["verified"] is True
+        assert row["chunks"] == 3
+        assert len(row["cpu_ratio_quartiles"]) == 3
+
+
+def test_request_layers_benchmark_times_every_variant() -> None:
+    rows = run_benchmark("benchmarks.request_layers", "--requests", "500", "--rounds", "2")
+
+    assert [r["variant"] for r in rows] == ["none", "quotas", "metrics", "both"]
+    assert all(r["us_per_request"] > 0 for r in rows)
+    assert rows[0]["added_us"] == 0
