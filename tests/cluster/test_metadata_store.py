@@ -83,6 +83,17 @@ async def test_get_prefix_is_sorted_and_bounded(store: MetadataStore) -> None:
     assert revision >= last
 
 
+async def test_get_many_returns_the_existing_keys_only(store: MetadataStore) -> None:
+    first = await store.put("/topics/a", b"1")
+    second = await store.put("/topics/c", b"3")
+    found = await store.get_many(["/topics/a", "/topics/b", "/topics/c", "/topics/a"])
+    assert {key: (e.value, e.mod_revision) for key, e in found.items()} == {
+        "/topics/a": (b"1", first),
+        "/topics/c": (b"3", second),
+    }
+    assert await store.get_many([]) == {}
+
+
 async def test_watch_from_a_read_misses_nothing(store: MetadataStore) -> None:
     await store.put("/w/old", b"0")
     _, revision = await store.get_prefix("/w/")
