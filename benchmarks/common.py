@@ -27,7 +27,16 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 class Broker:
     """``mq serve`` on a free loopback port with a given (temporary) data directory."""
 
-    def __init__(self, data_dir: Path, extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self, data_dir: Path, extra_args: Sequence[str] = (), source: Path | None = None
+    ) -> None:
+        """``source``: run the broker of that source tree (its working directory and
+        ``PYTHONPATH``: ``-m`` puts the working directory first, and this tree's ``mq``
+        would win; it needs an ``mq_cli`` link to its ``cli``), e.g. the code before a
+        change."""
+        env = None
+        if source is not None:
+            env = {**os.environ, "PYTHONPATH": str(source)}
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -42,6 +51,8 @@ class Broker:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            env=env,
+            cwd=source,
         )
         self.bootstrap = ""
         self.http_url = ""

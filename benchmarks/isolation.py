@@ -19,11 +19,17 @@ A solo phase (no pattern) runs first and last; the quiet client's p99 under
 each pattern is reported as a ratio to the median of the two solo p99s (the
 issue's goal: within 2x). If the broker's RSS passes ``--rss-limit-mb`` the
 pattern is stopped at once (the machine is shared) and the phase is marked.
-Usage::
+
+``--baseline-src DIR`` compares two versions of the broker in one invocation:
+every phase runs twice, once with this tree's broker and once with the broker
+of the source tree ``DIR`` (e.g. ``git archive`` of the commit before a
+change, with an ``mq_cli`` link to its ``cli``), the two alternating which goes
+first; each version's ratios are to its own solo p99s. The clients are this
+tree's either way. Usage::
 
     python -m benchmarks.isolation [--patterns non_reading,huge_lists,...]
         [--rate 1000] [--seconds 10] [--ramp 3] [--rss-limit-mb 3072] [--json]
-        [--broker-arg=--config=FILE ...]
+        [--broker-arg=--config=FILE ...] [--baseline-src DIR]
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ QUIET_TOPIC = "quiet"
 @dataclass
 class Phase:
     pattern: str
+    code: str = "this"
+    """Which broker: "this" tree's or the "baseline" (``--baseline-src``)."""
     p50_ms: float = float("nan")
     p99_ms: float = float("nan")
     verified: bool = False
@@ -163,10 +171,11 @@ def run_phase(
     ramp_s: float,
     rss_limit_mb: float,
     broker_args: list[str],
+    source: Path | None = None,
 ) -> Phase:
-    phase = Phase(pattern or "solo")
+    phase = Phase(pattern or "solo", "this" if source is None else "baseline")
     with tempfile.TemporaryDirectory(prefix="mq-isolation-") as data_dir:
-        broker = Broker(Path(data_dir), broker_args)
+        broker = Broker(Path(data_dir), broker_args, source)
         host, port = broker.bootstrap.rsplit(":", 1)
         stop = multiprocessing.get_context("spawn").Event()
         rss_hit = threading.Event()
@@ -217,22 +226,25 @@ def _stop_on(rss_hit: threading.Event, stop: ProcessEvent) -> None:
 
 
 def report(phases: list[Phase], as_json: bool) -> None:
-    solo = [p.p99_ms for p in phases if p.pattern == "solo" and p.verified]
-    solo_p99 = statistics.median(solo) if solo else float("nan")
+    solo_p99: dict[str, float] = {}
+    for code in {p.code for p in phases}:
+        solo = [p.p99_ms for p in phases if p.pattern == "solo" and p.verified and p.code == code]
+        solo_p99[code] = statistics.median(solo) if solo else float("nan")
     if as_json:
         print(json.dumps({"solo_p99_ms": solo_p99, "phases": [asdict(p) for p in phases]}))
         return
     print(
-        "| phase | quiet p50 ms | quiet p99 ms | p99 / solo | api_versions p50 / max ms "
+        "| phase | code | quiet p50 ms | quiet p99 ms | p99 / solo | api_versions p50 / max ms "
         "(failed) | RSS peak MB | fds peak | verified |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for p in phases:
-        ratio = p.p99_ms / solo_p99 if solo_p99 == solo_p99 and solo_p99 > 0 else float("nan")
+        solo_ms = solo_p99[p.code]
+        ratio = p.p99_ms / solo_ms if solo_ms == solo_ms and solo_ms > 0 else float("nan")
         flags = " (RSS limit hit)" if p.rss_limit_hit else ""
         flags += "" if p.broker_alive else " (broker died)"
         print(
-            f"| {p.pattern}{flags} | {p.p50_ms:.2f} | {p.p99_ms:.2f} | {ratio:.2f} | "
+            f"| {p.pattern}{flags} | {p.code} | {p.p50_ms:.2f} | {p.p99_ms:.2f} | {ratio:.2f} | "
             f"{p.probe_p50_ms:.1f} / {p.probe_max_ms:.0f} ({p.probes_failed}/{p.probes}) | "
             f"{p.rss_peak_mb:.0f} | {p.fds_peak} | {'yes' if p.verified else 'NO'} |"
         )
@@ -250,6 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss-limit-mb", type=float, default=3072.0)
     parser.add_argument("--broker-arg", action="append", default=[], help="passed to mq serve")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="also run every phase with the broker of this source tree, alternating",
+    )
     args = parser.parse_args(argv)
     patterns = [p for p in args.patterns.split(",") if p]
     unknown = set(patterns) - set(greedy.PATTERNS)
@@ -264,12 +282,21 @@ def main(argv: list[str] | None = None) -> int:
         linger_ms=0.0,
         fetch_max_wait_ms=500,
     )
-    phases = [run_phase(None, settings, 0, args.rss_limit_mb, args.broker_arg)]
-    for pattern in patterns:
-        phases.append(run_phase(pattern, settings, args.ramp, args.rss_limit_mb, args.broker_arg))
+    sources: list[Path | None] = [None]
+    if args.baseline_src is not None:
+        if not (args.baseline_src / "mq").is_dir() or not (args.baseline_src / "mq_cli").exists():
+            parser.error(f"{args.baseline_src} needs mq/ and an mq_cli link to its cli/")
+        sources.append(args.baseline_src.resolve())
+    phases: list[Phase] = []
+    runs = [None, *patterns, None]
+    for n, pattern in enumerate(runs):
+        for source in sources if n % 2 == 0 else sources[::-1]:  # alternate who goes first
+            ramp = 0 if pattern is None else args.ramp
+            phases.append(
+                run_phase(pattern, settings, ramp, args.rss_limit_mb, args.broker_arg, source)
+            )
         if not args.json:
-            print(f"# {pattern} done", file=sys.stderr, flush=True)
-    phases.append(run_phase(None, settings, 0, args.rss_limit_mb, args.broker_arg))
+            print(f"# {pattern or 'solo'} done", file=sys.stderr, flush=True)
     report(phases, args.json)
     return 0 if all(p.verified for p in phases) else 1
 

@@ -12,7 +12,10 @@ known, or when the gate refused it::
      "client_id": "mq-admin", "operation": "create_topics", "resource": "topic:orders",
      "result": "ok", "message": null, "details": {"partitions": 3, ...}}
 
-``result`` is ``ok`` or the error's name (``TOPIC_ALREADY_EXISTS``, ...). Other
+``result`` is ``ok`` or the error's name (``TOPIC_ALREADY_EXISTS``, ...). A topic
+a request names more than once with the same result is one record (an
+``alter_configs`` naming one topic 20,000 times, refused as repeated each time,
+wrote 20,000 identical lines: issue 18). Other
 features call the one-line hook ``broker.audit(ctx, operation, resource,
 result, **details)`` for what they change (ACLs, users, quotas).
 
@@ -92,16 +95,19 @@ def _result(entry: dict[str, Any]) -> tuple[str, str | None]:
     return error_for_code(failed[0]["error"]).name, failed[0].get("message")
 
 
-def _request_topics(body: Any) -> dict[str, dict[str, Any]]:
-    """The request's entry for each topic it names (its details), by name."""
+def _request_topics(body: Any) -> dict[str, Any]:
+    """The request's entry for each topic it names (the last one of a name), by name:
+    a name alone for requests that list names. One pass that copies nothing; the
+    details of an entry are made only for the lines written (:func:`_details`)."""
     topics = body.get("topics") if isinstance(body, dict) else None
-    out: dict[str, dict[str, Any]] = {}
-    for topic in topics or ():
-        if isinstance(topic, str):
-            out[topic] = {}
-        else:
-            out[topic["name"]] = {k: v for k, v in topic.items() if k != "name"}
-    return out
+    return {topic if isinstance(topic, str) else topic["name"]: topic for topic in topics or ()}
+
+
+def _details(entry: Any) -> dict[str, Any]:
+    """A requested topic's entry without its name (nothing for a name alone)."""
+    if isinstance(entry, dict):
+        return {k: v for k, v in entry.items() if k != "name"}
+    return {}
 
 
 Who = tuple[str, str, str | None]
@@ -213,7 +219,7 @@ class AuditLog:
             chunk: list[str] = []
             for line in lines:  # (empty once drain() has written the rest)
                 chunk.append(line)
-                if len(chunk) >= LINES_PER_TURN:
+                if len(chunk) >= LINES_PER_TURN or not line:  # "": a turn's worth skipped
                     self._write("".join(chunk))
                     chunk = []
                     await asyncio.sleep(0)
@@ -237,12 +243,21 @@ class AuditLog:
         if error is not None or not isinstance(body, dict):
             name = error.name if error is not None else "ok"
             message = error.message if error is not None else None
-            for topic, details in asked.items() or [("*", {})]:
-                yield self._line(who, operation, f"topic:{topic}", name, message, details)
+            for topic, entry in asked.items() or [("*", None)]:
+                yield self._line(who, operation, f"topic:{topic}", name, message, _details(entry))
             return
+        written: set[tuple[str, str, str | None]] = set()
+        skipped = 0
         for entry in body.get("topics") or ():
             result, message = _result(entry)
-            details = asked.get(entry["name"], {})
+            key = (entry["name"], result, message)
+            if key in written:  # a topic named again with the same outcome (a request
+                skipped += 1  # naming one topic 20,000 times is refused each time): once
+                if not skipped % LINES_PER_TURN:
+                    yield ""  # no line, but a turn's worth of work: the writing task yields
+                continue
+            written.add(key)
+            details = _details(asked.get(entry["name"]))
             yield self._line(who, operation, f"topic:{entry['name']}", result, message, details)
 
     def _write(self, line: str) -> None:

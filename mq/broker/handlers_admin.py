@@ -79,16 +79,29 @@ async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -
     # a name asked twice is answered once, as Kafka's metadata request is a set
     asked = body["topics"]
     names = sorted(view.topics) if asked is None else list(dict.fromkeys(asked))
+    # names this broker's view lacks: one read of the store for all (not one each)
+    known = {} if asked is None else await broker.catch_up_on_many(names)
     topics: list[MetadataTopic] = []
     pacer = Pacer()
     for name in names:
         if pacer.due():  # up to 100,000 names: other clients get turns
             await asyncio.sleep(0)
+        info = view.topics.get(name) or known.get(name)
+        if info is None and not body["allow_auto_topic_creation"]:
+            # answered without raising: an error raised and caught per name made this
+            # loop ~1.7 times as long for 100,000 unknown names (issue 18)
+            topics.append(
+                {
+                    "name": name,
+                    "error": UnknownTopicOrPartitionError.code,
+                    "message": f"topic {name!r} does not exist",
+                    "internal": False,
+                    "partitions": [],
+                }
+            )
+            continue
         try:
-            info = view.topics.get(name) or await broker.catch_up_on(name)
             if info is None:
-                if not body["allow_auto_topic_creation"]:
-                    raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
                 info = await broker.ensure_topic(name)
         except MQError as exc:
             failed: MetadataTopic = {

@@ -6,7 +6,8 @@ checkpoint (two fsyncs) and the producer snapshot. On the event loop, a
 ``create_topics`` of 1,000 partitions stalled every client for seconds. Here
 the :class:`~mq.broker.replicas.ReplicaManager` queues each partition to open
 (:meth:`PartitionOpener.submit`); one task takes :data:`OPEN_CHUNK` of them at
-a time and opens their logs in :data:`OPEN_THREADS` worker threads, then hands
+a time and opens their logs in :data:`OPEN_THREADS` worker threads (one job per
+thread per chunk), then hands
 each opened log back on the event loop, where the replica manager registers
 the partition and gives it its role from the view as it is by then.
 
@@ -21,7 +22,7 @@ Ordering guarantees:
   (the one after the open applies the view's latest state).
 
 Thread safety: :meth:`submit`, :meth:`opening` and :meth:`stop` run on the
-event loop; only :func:`_open_log` runs in the worker threads (file system
+event loop; only :func:`_open_logs` runs in the worker threads (file system
 calls and a fresh :class:`~mq.storage.log.Log` no other thread sees yet).
 """
 
@@ -33,6 +34,7 @@ import shutil
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from itertools import islice
 from pathlib import Path
 from typing import NamedTuple
 
@@ -111,24 +113,30 @@ class PartitionOpener:
             self._threads = ThreadPoolExecutor(OPEN_THREADS, thread_name_prefix="mq-open")
         while self._queue and not self._stopping:
             chunk = []
-            for key in list(self._queue)[:OPEN_CHUNK]:
+            for key in list(islice(self._queue, OPEN_CHUNK)):  # O(chunk), not O(queue)
                 chunk.append((key, *self._queue.pop(key)))
                 self._in_progress.add(key)
-            results = await asyncio.gather(
-                *(
-                    loop.run_in_executor(
-                        self._threads,
-                        _open_log,
-                        self._data_dir,
-                        topic,
-                        key[1],
-                        config,
-                        self._keyring,
-                    )
-                    for key, topic, config in chunk
-                ),
-                return_exceptions=True,
-            )
+            # one job per thread (every OPEN_THREADS-th partition of the chunk), not one
+            # per partition: a thread hand-off each cost the loop a future and a wake-up
+            jobs = [
+                loop.run_in_executor(
+                    self._threads,
+                    _open_logs,
+                    self._data_dir,
+                    [(topic, key[1], config) for key, topic, config in chunk[n::OPEN_THREADS]],
+                    self._keyring,
+                )
+                for n in range(min(OPEN_THREADS, len(chunk)))
+            ]
+            done = await asyncio.gather(*jobs, return_exceptions=True)
+            per_job: list[list[OpenedLog | Exception] | list[BaseException]] = [
+                # a bug in a job: each of its partitions fails with it
+                [opened] * len(chunk[n::OPEN_THREADS])
+                if isinstance(opened, BaseException)
+                else opened
+                for n, opened in enumerate(done)
+            ]
+            results = [per_job[i % OPEN_THREADS][i // OPEN_THREADS] for i in range(len(chunk))]
             for (key, topic, _), result in zip(chunk, results, strict=True):
                 self._in_progress.discard(key)
                 self._topics[key[0]] -= 1
@@ -153,6 +161,19 @@ class PartitionOpener:
         if self._threads is not None:
             self._threads.shutdown(wait=True)
             self._threads = None
+
+
+def _open_logs(
+    data_dir: Path, logs: list[tuple[TopicRecord, int, LogConfig]], keyring: Keyring | None
+) -> list[OpenedLog | Exception]:
+    """Open each of ``logs`` in turn (in a worker thread): its log or its error."""
+    results: list[OpenedLog | Exception] = []
+    for topic, index, config in logs:
+        try:
+            results.append(_open_log(data_dir, topic, index, config, keyring))
+        except Exception as exc:  # that partition stays offline; the others open
+            results.append(exc)
+    return results
 
 
 def _open_log(

@@ -21,7 +21,7 @@ import contextlib
 import inspect
 import logging
 import math
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Iterable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -49,6 +49,9 @@ T = TypeVar("T")
 DEFAULT_ROOT = "/mq"
 REQUEST_TIMEOUT_S = 5
 CANCEL_TIMEOUT_S = 0.5
+GET_MANY_OPS = 128
+"""Keys read per transaction by :meth:`EtcdStore.get_many`: etcd's default bound on the
+operations of one transaction (``--max-txn-ops``)."""
 
 
 def parse_etcd_url(url: str) -> tuple[str, int]:
@@ -114,6 +117,21 @@ class EtcdStore(MetadataStore):
     async def get(self, key: str) -> Entry | None:
         found = await self._call(self._connected().get(self._key(key)))
         return None if found is None else self._entry(found)
+
+    async def get_many(self, keys: Iterable[str]) -> dict[str, Entry]:
+        """Reads of :data:`GET_MANY_OPS` keys per transaction (one round trip each)."""
+        client = self._connected()
+        txn = client.transactions
+        unique = list(dict.fromkeys(keys))
+        found: dict[str, Entry] = {}
+        for start in range(0, len(unique), GET_MANY_OPS):
+            chunk = unique[start : start + GET_MANY_OPS]
+            reads = [txn.get(self._key(key)) for key in chunk]
+            _, responses = await self._call(client.transaction([], reads, []))
+            for key, response in zip(chunk, responses, strict=True):
+                if response:  # [(value, its key-value)], or empty: no such key
+                    found[key] = self._entry(response[0][1])
+        return found
 
     async def get_prefix(self, prefix: str) -> tuple[list[Entry], int]:
         found = await self._call(self._connected().get_prefix(self._key(prefix)))

@@ -26,7 +26,7 @@ import itertools
 import json
 import time
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterable
 from pathlib import Path
 
 from mq.replication.store import (
@@ -110,6 +110,11 @@ class LocalStore(MetadataStore):
     async def get(self, key: str) -> Entry | None:
         self._check_open()
         return self._entries.get(key)
+
+    async def get_many(self, keys: Iterable[str]) -> dict[str, Entry]:
+        self._check_open()
+        entries = self._entries
+        return {key: entries[key] for key in keys if key in entries}
 
     async def get_prefix(self, prefix: str) -> tuple[list[Entry], int]:
         self._check_open()

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from mq.errors import MQError, StorageError
+from mq.storage.blocking import blocking_calls
 from mq.storage.config import FlushPolicy
 from mq.storage.log import AppendInfo, Log
 
@@ -51,8 +52,9 @@ _REPLICATED = 1
 _CALL = 2
 _THREAD_CALL = 3
 """A call whose file I/O must not run on the event loop (a new leader epoch's file):
-it runs in a worker thread, in the writer's order: what was queued before it is
-applied first, what was queued after it waits for it."""
+it runs in the writers' blocking-call thread (:mod:`mq.storage.blocking`, batched with
+other partitions' calls), in the writer's order: what was queued before it is applied
+first, what was queued after it waits for it."""
 
 
 class LogWriter:
@@ -114,8 +116,9 @@ class LogWriter:
     def submit_call(self, fn: Callable[[Log], T], *, in_thread: bool = False) -> asyncio.Future[T]:
         """Queue ``fn(log)`` now (in the writer's order) and return the future of its result.
 
-        ``in_thread``: ``fn`` does blocking file I/O; it runs in a worker thread
-        (nothing else touches the log meanwhile but readers on the event loop).
+        ``in_thread``: ``fn`` does blocking file I/O; it runs in the writers' blocking-call
+        thread (:mod:`mq.storage.blocking`; nothing else touches the log meanwhile but
+        readers on the event loop).
         """
         return self._submit(_THREAD_CALL if in_thread else _CALL, fn, 0)
 
@@ -218,7 +221,7 @@ class LogWriter:
             return head
         async with self._sync_lock:  # no sync job runs under it (as for a call)
             try:
-                result = await asyncio.get_running_loop().run_in_executor(None, fn, self.log)
+                result = await blocking_calls().submit(fn, self.log)
             except MQError as exc:
                 result = exc
             except Exception as exc:  # a bug must fail its caller, not the partition's task

@@ -84,8 +84,20 @@ def encode_frame_in_pieces(payload: object, max_frame_bytes: int = MAX_FRAME_BYT
     into msgpack instead of one long one, so that a thread packing a frame of 100,000
     entries lets other threads take the GIL between them. Slower (a Python call per
     entry): for big frames made off the event loop."""
+    return encode_counted_frame_in_pieces(payload, _no_count, max_frame_bytes)[0]
+
+
+def encode_counted_frame_in_pieces(
+    payload: object,
+    count_whole: Callable[[object], int],
+    max_frame_bytes: int = MAX_FRAME_BYTES,
+) -> tuple[bytes, int]:
+    """:func:`encode_frame_in_pieces`, and the payload's array items plus map entries,
+    counted in the same walk (a second walk of a 100,000-entry body only to count it
+    took more of the GIL than the packing): those of the maps and arrays packed entry
+    by entry, plus ``count_whole`` of each map or array packed whole."""
     packer = msgpack.Packer(autoreset=False, use_bin_type=True, datetime=False)
-    _pack_in_pieces(packer, payload, 0)
+    items = _pack_in_pieces(packer, payload, 0, count_whole)
     bound = min(max_frame_bytes, _MAX_REPRESENTABLE)
     with packer.getbuffer() as view:
         size = len(view)
@@ -93,23 +105,38 @@ def encode_frame_in_pieces(payload: object, max_frame_bytes: int = MAX_FRAME_BYT
             raise FrameTooLargeError(
                 f"the frame's payload is {size} bytes, more than the bound of {bound}"
             )
-        return _LENGTH.pack(size) + view
+        return _LENGTH.pack(size) + view, items
 
 
-def _pack_in_pieces(packer: msgpack.Packer, value: object, depth: int) -> None:
+def _no_count(value: object) -> int:
+    return 0
+
+
+def _pack_in_pieces(
+    packer: msgpack.Packer, value: object, depth: int, count_whole: Callable[[object], int]
+) -> int:
+    """Pack ``value``; its items (see :func:`encode_counted_frame_in_pieces`)."""
+    kind = type(value)
     if depth >= PIECE_DEPTH:
         packer.pack(value)
-    elif type(value) is dict:
-        packer.pack_map_header(len(value))
-        for key, item in value.items():
+        return count_whole(value) if kind is dict or kind is list or kind is tuple else 0
+    if kind is dict:
+        entries: dict[Any, Any] = value  # type: ignore[assignment]
+        packer.pack_map_header(len(entries))
+        items = len(entries)
+        for key, item in entries.items():
             packer.pack(key)
-            _pack_in_pieces(packer, item, depth + 1)
-    elif type(value) is list or type(value) is tuple:
-        packer.pack_array_header(len(value))
-        for item in value:
-            _pack_in_pieces(packer, item, depth + 1)
-    else:
-        packer.pack(value)
+            items += _pack_in_pieces(packer, item, depth + 1, count_whole)
+        return items
+    if kind is list or kind is tuple:
+        elements: Sequence[Any] = value  # type: ignore[assignment]
+        packer.pack_array_header(len(elements))
+        items = len(elements)
+        for item in elements:
+            items += _pack_in_pieces(packer, item, depth + 1, count_whole)
+        return items
+    packer.pack(value)
+    return 0
 
 
 Buffer: TypeAlias = bytes | bytearray | memoryview

@@ -43,8 +43,8 @@ from mq.wire import apis as _apis  # noqa: F401  (registers every API)
 from mq.wire.apis_quotas import THROTTLE_TIME_KEY
 from mq.wire.frames import (
     Buffer,
+    encode_counted_frame_in_pieces,
     encode_frame,
-    encode_frame_in_pieces,
     encode_frame_parts,
     marker,
 )
@@ -255,8 +255,9 @@ def encode_big_response_parts(
     if lifted:  # record sets (a fetch): packed as on the event loop
         return encode_response_parts(correlation_id, error_code, body, max_frame_bytes)
     payload = [correlation_id, error_code, lifted_body]
-    frame = encode_frame_in_pieces(payload, max_frame_bytes)
-    _check_items(len(frame), payload)
+    frame, items = encode_counted_frame_in_pieces(payload, _items, max_frame_bytes)
+    if items > MAX_DECODED_ITEMS:  # counted while packing: no second walk of the body
+        raise _too_many_items()
     return [frame]
 
 
@@ -264,10 +265,14 @@ def _check_items(frame_size: int, payload: object) -> None:
     # every item takes at least a byte, so only a longer payload can have too many
     too_long = frame_size - FRAME_HEADER_BYTES > MAX_DECODED_ITEMS
     if too_long and _items(payload) > MAX_DECODED_ITEMS:
-        raise FrameTooLargeError(
-            f"the response has more than {MAX_DECODED_ITEMS} array items and map entries, "
-            "more than a receiver decodes: ask for fewer topics, partitions or groups"
-        )
+        raise _too_many_items()
+
+
+def _too_many_items() -> FrameTooLargeError:
+    return FrameTooLargeError(
+        f"the response has more than {MAX_DECODED_ITEMS} array items and map entries, "
+        "more than a receiver decodes: ask for fewer topics, partitions or groups"
+    )
 
 
 def _items(value: object) -> int:

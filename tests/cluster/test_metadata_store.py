@@ -83,6 +83,28 @@ async def test_get_prefix_is_sorted_and_bounded(store: MetadataStore) -> None:
     assert revision >= last
 
 
+async def test_get_many_returns_the_existing_keys_only(store: MetadataStore) -> None:
+    first = await store.put("/topics/a", b"1")
+    second = await store.put("/topics/c", b"3")
+    found = await store.get_many(["/topics/a", "/topics/b", "/topics/c", "/topics/a"])
+    assert {key: (e.value, e.mod_revision) for key, e in found.items()} == {
+        "/topics/a": (b"1", first),
+        "/topics/c": (b"3", second),
+    }
+    assert await store.get_many([]) == {}
+
+
+async def test_get_many_reads_more_keys_than_one_etcd_transaction_takes(
+    store: MetadataStore,
+) -> None:
+    keys = [f"/topics/k{i:03d}" for i in range(300)]  # etcd: 128 reads per transaction
+    written = {key: await store.put(key, key.encode()) for key in keys[::3]}
+    found = await store.get_many(keys)
+    assert {key: (e.value, e.mod_revision) for key, e in found.items()} == {
+        key: (key.encode(), revision) for key, revision in written.items()
+    }
+
+
 async def test_watch_from_a_read_misses_nothing(store: MetadataStore) -> None:
     await store.put("/w/old", b"0")
     _, revision = await store.get_prefix("/w/")

@@ -18,15 +18,19 @@ import select
 import socket
 import struct
 import termios
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from inprocess_broker import running_broker
 
 from mq import Admin
 from mq.client.connection import Connection
 from mq.records.records import build_batch
+from mq.storage.blocking import BLOCKING_THREADS, blocking_calls
+from mq.storage.epochs import LeaderEpochCache
 from mq.wire import apis_core, apis_data, apis_groups
 from mq.wire.messages import encode_request
 from mq.wire.registry import Api
@@ -164,6 +168,62 @@ async def test_the_loop_turns_while_a_topics_partitions_are_opened(tmp_path: Pat
     assert part_open, "the event loop never turned while the partitions were being opened"
     assert not missing_files
     assert answered_with == FLOOD_PARTITIONS
+
+
+PERSIST_PAUSE_S = 0.001
+"""Added to each leader-epoch file's replacement in the flood test: a slower disk, so that
+calls running at once overlap (a bare replacement takes ~0.1 ms) and the test sees them."""
+
+
+async def test_a_floods_leader_epochs_are_written_by_one_thread_in_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 1,000 new leaders' epoch files are written before they lead, off the event
+    loop, by at most BLOCKING_THREADS threads at once (not the default executor's six,
+    which took the GIL from the loop in turn) and in batches (not one thread trip each)."""
+    lock = threading.Lock()
+    running = 0
+    most = 0
+    threads: set[int] = set()
+    persist = LeaderEpochCache._persist
+
+    def counted(cache: LeaderEpochCache) -> None:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+            threads.add(threading.get_ident())
+        try:
+            time.sleep(PERSIST_PAUSE_S)
+            persist(cache)
+        finally:
+            with lock:
+                running -= 1
+
+    monkeypatch.setattr(LeaderEpochCache, "_persist", counted)
+    async with asyncio.timeout(TEST_TIMEOUT_S):
+        async with running_broker(tmp_path / "data") as running_:
+            broker = running_.broker
+            batches_before = blocking_calls().batches
+            timeout_ms = TEST_TIMEOUT_S * 1000
+            async with Admin(bootstrap=running_.bootstrap, request_timeout_ms=timeout_ms) as admin:
+                await admin.create_topic("flood", FLOOD_PARTITIONS)
+            flood = [p for (t, _), p in broker.partitions.items() if t == "flood"]
+            # leading, and its epoch's file written: the writer ran the call before
+            # anything queued after it (a produce now would append in that epoch)
+            await asyncio.gather(*(p.writer.call(lambda _: None) for p in flood))
+            on_disk = [LeaderEpochCache.read(p.log.directory, p.log.io) for p in flood]
+            leaders = [p for p in flood if p.is_leader]
+            batches = blocking_calls().batches - batches_before
+    assert len(leaders) == FLOOD_PARTITIONS
+    assert all(
+        c is not None and c.latest_epoch == p.leader_epoch
+        for c, p in zip(on_disk, flood, strict=True)
+    )
+    assert threading.get_ident() not in threads  # never on the event loop
+    assert most <= BLOCKING_THREADS, f"{most} leader-epoch files were written at once"
+    assert len(threads) <= BLOCKING_THREADS
+    assert 0 < batches < FLOOD_PARTITIONS / 2, f"{batches} trips for {FLOOD_PARTITIONS} files"
 
 
 ORDERED_ENTRIES = 1_000

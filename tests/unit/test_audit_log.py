@@ -117,3 +117,31 @@ def test_without_an_event_loop_a_big_request_is_written_at_once(tmp_path: Path) 
     audit.request(ctx(), *_delete_topics(names), None)
     assert len(_resources(tmp_path)) == len(names)
     audit.close()
+
+
+async def test_a_topic_named_again_with_the_same_outcome_is_one_line(tmp_path: Path) -> None:
+    """Issue 18: an alter_configs naming one topic 20,000 times (each refused as repeated)
+    wrote 20,000 identical lines, ~1.5 s of the event loop per request; a name's
+    different outcomes keep a line each; skipping still gives the loop its turns."""
+    audit = AuditLog(tmp_path, 0, max_bytes=1 << 30, max_files=1)
+    times = 20 * LINES_PER_TURN
+    refused = {"name": "t", "error": 42, "message": "t appears more than once"}
+    body = {"topics": [{"name": "t", "configs": {"retention.ms": "1"}}] * times}
+    body["topics"].append({"name": "other", "configs": {}})
+    request = Request(apis_core.ALTER_CONFIGS, 0, 1, "tool", body)
+    answer = {"topics": [refused] * (times - 1) + [{**refused, "error": 0}, refused]}
+    answer["topics"][-1] = {"name": "other", "error": 0, "message": None}
+    audit.request(ctx(), request, answer, None)
+    turns = 0
+    while len(_resources(tmp_path)) < 3 and turns < 1000:
+        await asyncio.sleep(0)
+        turns += 1
+    records = list(read_audit(tmp_path))
+    assert [(r["resource"], r["result"]) for r in records] == [
+        ("topic:t", "INVALID_REQUEST"),
+        ("topic:t", "ok"),
+        ("topic:other", "ok"),
+    ]
+    assert records[0]["details"] == {"configs": {"retention.ms": "1"}}
+    assert turns >= times // LINES_PER_TURN - 2  # the skipping gave the loop turns
+    audit.close()
