@@ -109,7 +109,7 @@ def test_isolation_runs_a_pattern_between_two_solo_phases() -> None:
         assert phase["broker_alive"] is True
         assert phase["rss_peak_mb"] > 0
         assert phase["fds_peak"] > 0
-    assert result["solo_p99_ms"] > 0
+    assert result["solo_p99_ms"]["this"] > 0  # by version (--baseline-src adds one)
 
 
 def test_encryption_at_rest_runs_both_variants_and_verifies() -> None:
