@@ -101,8 +101,13 @@ class Client:
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Fetch the first metadata (raises NetworkError if no bootstrap broker answers)."""
-        await self.refresh_metadata()
+        """Fetch the first metadata (raises NetworkError if no bootstrap broker answers);
+        on failure the connections opened meanwhile are closed (start may be retried)."""
+        try:
+            await self.refresh_metadata()
+        except BaseException:
+            await self._close_connections()
+            raise
         self._refresher = asyncio.get_running_loop().create_task(
             self._refresh_loop(), name="mq-metadata"
         )
@@ -116,6 +121,9 @@ class Client:
             if task is not None:
                 with contextlib.suppress(asyncio.CancelledError, MQError):
                     await task
+        await self._close_connections()
+
+    async def _close_connections(self) -> None:
         conns, self._conns = list(self._conns.values()), {}
         for conn in conns:
             conn.close()

@@ -171,12 +171,24 @@ class Connection(asyncio.Protocol):
                 if security is not None and security.sasl:
                     await authenticate(conn, security)
         except (OSError, TimeoutError) as exc:
-            conn.close(exc)
+            await conn._discard(exc)
             raise NetworkError(f"cannot connect to {host}:{port}: {exc}") from exc
         except BaseException:
-            conn.close()
+            await conn._discard(None)
             raise
         return conn
+
+    async def _discard(self, reason: BaseException | None) -> None:
+        """Drop a connection that failed to open, and wait until it is gone: a TLS
+        goodbye would wait on a broker that may not answer, and a caller that closes
+        its loop next (the sync wrappers) must not leave the socket behind."""
+        if self._close_reason is None:
+            self._close_reason = reason
+        if self._transport is None:
+            self._shut_down()
+        else:
+            self._transport.abort()
+        await self.wait_closed()
 
     @staticmethod
     def _api_versions_body() -> dict[str, str]:

@@ -10,6 +10,7 @@ before authentication, and the connection is then closed.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from inprocess_broker import Running, running_broker
 from tls_certs import Pki, make_pki
 
 import mq
+from mq.broker.connection import Connection as BrokerConnection
 from mq.broker import sasl
 from mq.client.connection import Connection
 from mq.client.security import Security, security_from
@@ -289,3 +291,29 @@ async def test_a_queue_client_over_sasl_ssl(sasl_broker: Running, pki: Pki) -> N
         await queue.ack(*messages)
         listeners = {c.ctx.listener for c in sasl_broker.server.connections if c.ctx.authenticated}
     assert listeners == {"SASL_SSL"}
+
+
+def _sync_refused(bootstrap: str, options: dict[str, Any]) -> None:
+    with pytest.raises(SaslAuthenticationFailedError):
+        mq.SyncAdmin(bootstrap, **options)
+
+
+async def test_a_refused_login_from_a_sync_client_leaks_no_connection(
+    sasl_broker: Running, pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wrapper's loop is closed when its client fails to start: the TLS connection the
+    refused login used must be closed first, or closing the loop fails (EBUSY) and the
+    transport is reported unclosed. The broker here is slow to close its side (as a
+    loaded one is), so the client cannot count on the broker's answers to its close."""
+    finish_close = BrokerConnection._finish_close
+
+    def slowly(self: BrokerConnection) -> None:
+        time.sleep(0.5)  # the whole broker stalls: the refusal is sent, nothing more
+        finish_close(self)
+
+    monkeypatch.setattr(BrokerConnection, "_finish_close", slowly)
+    options = {**_ssl(pki), "sasl_plain_username": "alice", "sasl_plain_password": "wrong"}
+    bootstrap = sasl_broker.server_address("SASL_SSL")
+    for _ in range(5):
+        await asyncio.to_thread(_sync_refused, bootstrap, options)
+    gc.collect()  # an unclosed transport is reported when it is collected
