@@ -21,8 +21,8 @@ from inprocess_broker import Running, running_broker
 from tls_certs import Pki, make_pki
 
 import mq
-from mq.broker.connection import Connection as BrokerConnection
 from mq.broker import sasl
+from mq.broker.connection import Connection as BrokerConnection
 from mq.client.connection import Connection
 from mq.client.security import Security, security_from
 from mq.errors import (
