@@ -129,6 +129,10 @@ class BrokerConfig:
     malloc_trim_bytes: int = 512 * MiB
     """Freed memory glibc keeps for reuse instead of handing it back to the kernel
     (:func:`mq.allocator.keep_freed_memory`); 0 leaves malloc's defaults alone."""
+    gc_full_collection_every: int = 100
+    """Young-generation collections between two full ones, and the start-up heap frozen
+    (:func:`mq.gc_policy.settle`, applied by ``mq serve``): a full collection stops
+    every client for as long as it walks the heap. 0 leaves Python's defaults alone."""
     max_open_files: int = 1024
     """Active segments' descriptors kept open at once (an LRU, :mod:`mq.storage.handles`);
     capped at start by the fd budget, ``RLIMIT_NOFILE`` less :attr:`fd_reserve`. A
@@ -459,6 +463,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "scrub_bytes_per_sec": (0, MAX_LOG_BYTES),
     "scrub_interval_ms": (1, MAX_DURATION_MS),
     "malloc_trim_bytes": (0, MAX_LOG_BYTES),
+    "gc_full_collection_every": (0, 1_000_000),
     # connections (issue 18)
     "max_pending_request_bytes": (1, I32_MAX),
     "max_queued_response_bytes": (1, I32_MAX),
