@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 import uvloop
 
-from mq import gc_policy
+from mq import interpreter
 from mq.allocator import keep_freed_memory
 from mq.broker.broker import Broker
 from mq.broker.config import DEFAULT_PORT, BrokerConfig
@@ -166,8 +166,8 @@ async def _run(config: BrokerConfig) -> None:
     if config.listeners:  # before the "listening" line scripts wait for
         for name, (lhost, lport) in server.bound.items():
             click.echo(f"mq listener {name} on {lhost}:{lport}", err=True)
-    if config.gc_full_collection_every:
-        gc_policy.settle(config.gc_full_collection_every)  # the start-up heap: never walked again
+    # the start-up heap frozen, full collections rarer, shorter GIL turns
+    interpreter.settle(config.gc_full_collection_every, config.gil_switch_interval_us)
     click.echo(f"mq listening on {host}:{port} (data in {config.data_dir})", err=True)
     try:
         await stop.wait()

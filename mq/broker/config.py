@@ -131,8 +131,11 @@ class BrokerConfig:
     (:func:`mq.allocator.keep_freed_memory`); 0 leaves malloc's defaults alone."""
     gc_full_collection_every: int = 100
     """Young-generation collections between two full ones, and the start-up heap frozen
-    (:func:`mq.gc_policy.settle`, applied by ``mq serve``): a full collection stops
+    (:func:`mq.interpreter.settle`, applied by ``mq serve``): a full collection stops
     every client for as long as it walks the heap. 0 leaves Python's defaults alone."""
+    gil_switch_interval_us: int = 1_000
+    """How long the codec thread may hold the GIL while the event loop waits for it
+    (:mod:`mq.interpreter`; applied by ``mq serve``). 0 leaves Python's 5 ms."""
     max_open_files: int = 1024
     """Active segments' descriptors kept open at once (an LRU, :mod:`mq.storage.handles`);
     capped at start by the fd budget, ``RLIMIT_NOFILE`` less :attr:`fd_reserve`. A
@@ -464,6 +467,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "scrub_interval_ms": (1, MAX_DURATION_MS),
     "malloc_trim_bytes": (0, MAX_LOG_BYTES),
     "gc_full_collection_every": (0, 1_000_000),
+    "gil_switch_interval_us": (0, 1_000_000),
     # connections (issue 18)
     "max_pending_request_bytes": (1, I32_MAX),
     "max_queued_response_bytes": (1, I32_MAX),

@@ -167,6 +167,15 @@ def test_interleaved_overhead_has_its_control_and_verifies() -> None:
         assert len(row["cpu_ratio_quartiles"]) == 3
 
 
+def test_interpreter_tuning_interleaves_send_many_with_a_control() -> None:
+    rows = run_benchmark(
+        "benchmarks.interpreter_tuning", "--interleaved", "3", "--many", "--size", "10"
+    )
+
+    assert [r["pair"] for r in rows] == ["tuned / python", "python' / python (control)"]
+    assert all(r["verified"] is True and r["chunks"] == 3 for r in rows)
+
+
 def test_request_layers_benchmark_times_every_variant() -> None:
     rows = run_benchmark("benchmarks.request_layers", "--requests", "500", "--rounds", "2")
 
