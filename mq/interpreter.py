@@ -25,8 +25,8 @@ what long-running Python servers commonly do:
   wait longer (and are bounded by the survivors' own growth rule).
 
 Measured on the reference VM (a connection sending ``api_versions`` every 2 ms
-while ten such requests run, one after another): full collections 34 → 2, the probe's worst wait 126 → 43 ms for
-metadata and 92 → 22 ms for ``alter_configs``.
+while ten such requests run, one after another): full collections 34 → 2, the
+probe's worst wait 126 → 43 ms for metadata and 92 → 22 ms for ``alter_configs``.
 
 **The GIL.** Big frames are decoded and encoded in the codec thread
 (:mod:`mq.broker.pacing`), in pure Python for the most part, so that thread and
