@@ -254,11 +254,9 @@ async def _interleaved(
             await admin.create_topic(topic, partitions=1)
     out = Interleaved(chunks)
     async with contextlib.AsyncExitStack() as stack:
-        batch_size = w1w3.MANY_BATCH_BYTES if many else None
+        batch_size = w1w3.MANY_BATCH_BYTES if many else 16_384  # the producer's default
         producers = [
-            await stack.enter_async_context(
-                Producer(b.bootstrap, acks=1, **({"batch_size": batch_size} if many else {}))
-            )
+            await stack.enter_async_context(Producer(b.bootstrap, acks=1, batch_size=batch_size))
             for b in brokers
         ]
         futures: list[list[RecordFuture]] = [[] for _ in brokers]
