@@ -347,10 +347,14 @@ class Connection(asyncio.Protocol):
         else:
             request, spent = decoded.result()
             self._dispatched_at = time.perf_counter() - spent
-            self._start(request, size, big=True)
+            self._start(request, size, big=True, decoded_s=spent)
         self._release_hold("decoding")
 
-    def _start(self, request: Request[Any], size: int, *, big: bool) -> None:
+    def _start(
+        self, request: Request[Any], size: int, *, big: bool, decoded_s: float = 0.0
+    ) -> None:
+        """Admit and start a request; ``decoded_s``: the codec thread's time decoding it
+        (charged to the client's request quota with the loop's time)."""
         try:
             handler = self._server.admit(request, self.ctx)
         except MQError as exc:
@@ -365,12 +369,12 @@ class Connection(asyncio.Protocol):
             self._held_for.add("ordered")
             token = pacing.ordered_task_context(self._appends_queued)
             try:
-                task = self._loop.create_task(self._serve(handler, request, size, big))
+                task = self._loop.create_task(self._serve(handler, request, size, big, decoded_s))
             finally:
                 pacing.reset_context(token)
             self._ordered = task
         else:
-            task = self._loop.create_task(self._serve(handler, request, size, big))
+            task = self._loop.create_task(self._serve(handler, request, size, big, decoded_s))
         flow = (self.ctx.principal, request.client_id or "")
         self._tasks[task] = flow
         self._dispatcher.started(flow)
@@ -378,7 +382,9 @@ class Connection(asyncio.Protocol):
         if len(self._tasks) >= self._max_inflight:
             self._held_for.add("inflight")
 
-    async def _serve(self, handler: Handler, request: Request[Any], size: int, big: bool) -> None:
+    async def _serve(
+        self, handler: Handler, request: Request[Any], size: int, big: bool, decoded_s: float
+    ) -> None:
         cid = request.correlation_id
         ctx = self.ctx
         charges = self._layers.charges(ctx, request.client_id, self._loop.time())
@@ -409,7 +415,13 @@ class Connection(asyncio.Protocol):
             frame = encode_error_response(cid, failure)
             error = failure.name
         if charges is not None:  # charged whether it succeeded or failed (KIP-124)
-            loop_s = timed.spent + time.perf_counter() - encoding if timed is not None else 0.0
+            # the handler's loop time, the encoding (on the loop or awaited from the codec
+            # thread) and the codec thread's decoding: the broker's time either way
+            loop_s = (
+                timed.spent + time.perf_counter() - encoding + decoded_s
+                if timed is not None
+                else 0.0
+            )
             wait = charges.charge(request.api.key, size, frame, loop_s, self._loop.time())
             if wait > 0:
                 self._hold_back(wait)
