@@ -28,12 +28,13 @@ and B over A is read against it.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import itertools
 import json
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -332,3 +333,45 @@ def report_interleaved(
             f"{cpu[1]:.3f} [{cpu[0]:.3f}-{cpu[2]:.3f}] | {'yes' if result.verified else 'NO'} |"
         )
     return result.verified
+
+
+def add_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """The A/B options every feature-cost benchmark takes (``prefix``: a note in their
+    help, e.g. ``"--overhead: "`` where they apply to one mode only)."""
+    parser.add_argument("--messages", type=int, default=200_000, help=f"{prefix}records")
+    parser.add_argument("--size", type=int, default=100, help=f"{prefix}payload bytes a record")
+    parser.add_argument("--runs", type=int, default=8, help=f"{prefix}runs per variant")
+    parser.add_argument(
+        "--interleaved",
+        type=int,
+        default=0,
+        metavar="CHUNKS",
+        help=f"{prefix}W1 only, in CHUNKS chunks rotating over the brokers, with a control",
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object per row")
+
+
+def report_either(
+    result: list[Comparison] | Interleaved,
+    names: tuple[str, str],
+    as_json: bool,
+    extra: Mapping[str, object] | None = None,
+) -> int:
+    """Print either kind of result; the exit code (1 if a record was not verified)."""
+    if isinstance(result, Interleaved):
+        return 0 if report_interleaved(result, names, as_json, print) else 1
+    return 0 if report(result, names, as_json, print, extra) else 1
+
+
+@contextlib.contextmanager
+def started(root: Path, variants: Sequence[tuple[str, Sequence[str]]]) -> Iterator[list[Broker]]:
+    """One broker per (name, ``mq serve`` arguments), each with its data under ``root``;
+    all stopped on exit (those started, if one fails to start)."""
+    brokers: list[Broker] = []
+    try:
+        for name, args in variants:
+            brokers.append(Broker(root / name, args))
+        yield brokers
+    finally:
+        for broker in brokers:
+            broker.stop()

@@ -26,7 +26,6 @@ import tempfile
 from pathlib import Path
 
 from benchmarks import ab
-from benchmarks.common import Broker
 
 UNTUNED = "gc_full_collection_every = 0\ngil_switch_interval_us = 0\n"
 
@@ -38,42 +37,25 @@ def measure(
         config = Path(tmp) / "untuned.toml"
         config.write_text(UNTUNED)
         untuned = ["--config", str(config)]
-        brokers: list[Broker] = []
-        try:
-            brokers.append(Broker(Path(tmp) / "python", untuned))
-            brokers.append(Broker(Path(tmp) / "tuned"))
+        variants = [("python", untuned), ("tuned", [])]
+        if chunks:
+            variants.append(("control", untuned))
+        with ab.started(Path(tmp), variants) as brokers:
             if chunks:
-                brokers.append(Broker(Path(tmp) / "control", untuned))
                 return ab.interleaved(brokers[0], brokers[2], brokers[1], chunks, size, many)
             return ab.compare(brokers[0], brokers[1], messages, size, runs)
-        finally:
-            for broker in brokers:
-                broker.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=200_000)
-    parser.add_argument("--size", type=int, default=100, help="payload bytes per message")
-    parser.add_argument("--runs", type=int, default=8, help="runs per variant, alternating")
-    parser.add_argument(
-        "--interleaved",
-        type=int,
-        default=0,
-        metavar="CHUNKS",
-        help="W1 only, in CHUNKS chunks rotating over the brokers, with a control",
-    )
+    ab.add_arguments(parser)
     parser.add_argument("--many", action="store_true", help="interleaved: W1 send_many")
     parser.add_argument("--quick", action="store_true", help="20,000 messages, 2 runs")
-    parser.add_argument("--json", action="store_true", help="one JSON object per workload")
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.runs = 20_000, 2
     result = measure(args.messages, args.size, args.runs, args.interleaved, args.many)
-    names = ("python", "tuned")
-    if isinstance(result, ab.Interleaved):
-        return 0 if ab.report_interleaved(result, names, args.json, print) else 1
-    return 0 if ab.report(result, names, args.json, print) else 1
+    return ab.report_either(result, ("python", "tuned"), args.json)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks import ab
-from benchmarks.common import Broker
 
 SCRAPE_INTERVAL_S = 1.0
 """The default scrape interval: far more often than Prometheus's usual 15 s or more, so
@@ -71,51 +70,34 @@ def measure(
     """The alternating runs, or with ``chunks`` the interleaved W1 with a second broker
     without metrics as the control (:mod:`benchmarks.ab`)."""
     with tempfile.TemporaryDirectory(prefix="mq-bench-metrics-") as tmp:
-        brokers: list[Broker] = []
-        try:
-            brokers.append(Broker(Path(tmp) / "off"))
-            brokers.append(Broker(Path(tmp) / "on", ["--http-port", "0"]))
-            if chunks:
-                brokers.append(Broker(Path(tmp) / "control"))
+        variants: list[tuple[str, list[str]]] = [("off", []), ("on", ["--http-port", "0"])]
+        if chunks:
+            variants.append(("control", []))
+        with ab.started(Path(tmp), variants) as brokers:
             off, on = brokers[0], brokers[1]
             assert on.http_url, "the broker printed no HTTP address"
             with scraping(f"{on.http_url}/metrics", interval_s):
                 if chunks:
                     return ab.interleaved(off, brokers[2], on, chunks, size)
                 return ab.compare(off, on, messages, size, runs)
-        finally:
-            for broker in brokers:
-                broker.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=200_000)
-    parser.add_argument("--size", type=int, default=100, help="payload bytes per message")
-    parser.add_argument("--runs", type=int, default=8, help="runs per variant, alternating")
+    ab.add_arguments(parser)
     parser.add_argument(
         "--scrape-interval",
         type=float,
         default=SCRAPE_INTERVAL_S,
         help="seconds between scrapes of the 'on' broker (0: none)",
     )
-    parser.add_argument(
-        "--interleaved",
-        type=int,
-        default=0,
-        metavar="CHUNKS",
-        help="W1 only, in CHUNKS chunks rotating over the brokers, with a control",
-    )
     parser.add_argument("--quick", action="store_true", help="20,000 messages, 2 runs")
-    parser.add_argument("--json", action="store_true", help="one JSON object per workload")
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.runs = 20_000, 2
     result = measure(args.messages, args.size, args.runs, args.scrape_interval, args.interleaved)
-    if isinstance(result, ab.Interleaved):
-        return 0 if ab.report_interleaved(result, ("off", "on"), args.json, print) else 1
     extra = {"scrape_interval_s": args.scrape_interval}
-    return 0 if ab.report(result, ("off", "on"), args.json, print, extra) else 1
+    return ab.report_either(result, ("off", "on"), args.json, extra)
 
 
 if __name__ == "__main__":

@@ -278,17 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         "--a-pairs", type=int, default=1, help="A's producer+consumer pairs (connections)"
     )
     parser.add_argument("--overhead", action="store_true", help="W1/W3, quotas vs none")
-    parser.add_argument("--messages", type=int, default=200_000, help="--overhead: records")
-    parser.add_argument("--size", type=int, default=100, help="--overhead: record bytes")
-    parser.add_argument("--runs", type=int, default=8, help="--overhead: runs per variant")
-    parser.add_argument(
-        "--interleaved",
-        type=int,
-        default=0,
-        metavar="CHUNKS",
-        help="--overhead: W1 only, in CHUNKS chunks rotating over the brokers, with a control",
-    )
-    parser.add_argument("--json", action="store_true")
+    ab.add_arguments(parser, "--overhead: ")
     args = parser.parse_args(argv)
     if args.overhead:
         ok = overhead(args.messages, args.size, args.runs, args.json, args.interleaved)
