@@ -227,7 +227,7 @@ async def test_a_floods_leader_epochs_are_written_by_one_thread_in_batches(
 
 
 ORDERED_ENTRIES = 1_000
-"""Entries of the paced produce: several times ENTRIES_PER_TURN (256), so that its
+"""Entries of the paced produce: several times ENTRIES_PER_TURN (64), so that its
 handler gives the loop turns (in which its connection could start the next request)
 before it reaches its last entry."""
 
