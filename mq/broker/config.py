@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from mq import interpreter
 from mq.broker import http_security
 from mq.broker import listeners as listener_specs
 from mq.config_values import parse_int
@@ -129,11 +130,11 @@ class BrokerConfig:
     malloc_trim_bytes: int = 512 * MiB
     """Freed memory glibc keeps for reuse instead of handing it back to the kernel
     (:func:`mq.allocator.keep_freed_memory`); 0 leaves malloc's defaults alone."""
-    gc_full_collection_every: int = 100
+    gc_full_collection_every: int = interpreter.FULL_COLLECTION_EVERY
     """Young-generation collections between two full ones, and the start-up heap frozen
     (:func:`mq.interpreter.settle`, applied by ``mq serve``): a full collection stops
     every client for as long as it walks the heap. 0 leaves Python's defaults alone."""
-    gil_switch_interval_us: int = 1_000
+    gil_switch_interval_us: int = interpreter.SWITCH_INTERVAL_US
     """How long the codec thread may hold the GIL while the event loop waits for it
     (:mod:`mq.interpreter`; applied by ``mq serve``). 0 leaves Python's 5 ms."""
     max_open_files: int = 1024
