@@ -33,6 +33,7 @@ import contextlib
 import itertools
 import json
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -236,6 +237,16 @@ class Interleaved:
     control_throughput: list[float] = field(default_factory=list)
     control_cpu: list[float] = field(default_factory=list)
     verified: bool = True
+    many: bool = False
+    """W1 ``send_many`` (:data:`MANY_CHUNK_RECORDS` a chunk) rather than ``send()``."""
+
+    @property
+    def workload(self) -> str:
+        return "W1 send_many" if self.many else "W1 send()"
+
+    @property
+    def chunk_records(self) -> int:
+        return MANY_CHUNK_RECORDS if self.many else CHUNK_RECORDS
 
 
 async def _interleaved(
@@ -253,7 +264,7 @@ async def _interleaved(
     for broker in brokers:
         async with Admin(broker.bootstrap) as admin:
             await admin.create_topic(topic, partitions=1)
-    out = Interleaved(chunks)
+    out = Interleaved(chunks, many=many)
     async with contextlib.AsyncExitStack() as stack:
         batch_size = w1w3.MANY_BATCH_BYTES if many else 16_384  # the producer's default
         producers = [
@@ -309,10 +320,10 @@ def report_interleaved(
             out(
                 json.dumps(
                     {
-                        "workload": "W1 produce interleaved",
+                        "workload": f"{result.workload} interleaved",
                         "pair": label,
                         "chunks": result.chunks,
-                        "chunk_records": CHUNK_RECORDS,
+                        "chunk_records": result.chunk_records,
                         "throughput_ratio_quartiles": [round(r, 4) for r in quartiles(tps)],
                         "cpu_ratio_quartiles": [round(r, 4) for r in quartiles(cpus)],
                         "verified": result.verified,
@@ -321,7 +332,8 @@ def report_interleaved(
             )
         return result.verified
     out(
-        f"W1 send() interleaved: {result.chunks} chunks of {CHUNK_RECORDS:,} records to "
+        f"{result.workload} interleaved: {result.chunks} chunks of {result.chunk_records:,} "
+        "records to "
         f"each broker in turn; per-chunk paired ratios, median [quartiles]"
     )
     out("| pair | msg/s ratio | broker CPU ratio | verified |")
@@ -361,6 +373,32 @@ def report_either(
     if isinstance(result, Interleaved):
         return 0 if report_interleaved(result, names, as_json, print) else 1
     return 0 if report(result, names, as_json, print, extra) else 1
+
+
+def config_cost(
+    control_toml: str,
+    names: tuple[str, str],
+    messages: int,
+    size: int,
+    runs: int,
+    chunks: int = 0,
+    many: bool = False,
+) -> list[Comparison] | Interleaved:
+    """What a broker setting costs: brokers with ``control_toml`` (a config file that
+    turns it off; ``names[0]``) and with the defaults (``names[1]``) side by side, W1/W3
+    alternated (:func:`compare`), or with ``chunks``, W1 interleaved with a second
+    control broker (:func:`interleaved`; ``many``: ``send_many``)."""
+    with tempfile.TemporaryDirectory(prefix="mq-bench-config-") as tmp:
+        config = Path(tmp) / "control.toml"
+        config.write_text(control_toml)
+        control = ["--config", str(config)]
+        variants = [(names[0], control), (names[1], [])]
+        if chunks:
+            variants.append(("control", control))
+        with started(Path(tmp), variants) as brokers:
+            if chunks:
+                return interleaved(brokers[0], brokers[2], brokers[1], chunks, size, many)
+            return compare(brokers[0], brokers[1], messages, size, runs)
 
 
 @contextlib.contextmanager

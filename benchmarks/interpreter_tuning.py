@@ -22,28 +22,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
-from pathlib import Path
 
 from benchmarks import ab
 
 UNTUNED = "gc_full_collection_every = 0\ngil_switch_interval_us = 0\n"
+NAMES = ("python", "tuned")
 
 
 def measure(
     messages: int, size: int, runs: int, chunks: int = 0, many: bool = False
 ) -> list[ab.Comparison] | ab.Interleaved:
-    with tempfile.TemporaryDirectory(prefix="mq-bench-interpreter-") as tmp:
-        config = Path(tmp) / "untuned.toml"
-        config.write_text(UNTUNED)
-        untuned = ["--config", str(config)]
-        variants = [("python", untuned), ("tuned", [])]
-        if chunks:
-            variants.append(("control", untuned))
-        with ab.started(Path(tmp), variants) as brokers:
-            if chunks:
-                return ab.interleaved(brokers[0], brokers[2], brokers[1], chunks, size, many)
-            return ab.compare(brokers[0], brokers[1], messages, size, runs)
+    return ab.config_cost(UNTUNED, NAMES, messages, size, runs, chunks, many)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.messages, args.runs = 20_000, 2
     result = measure(args.messages, args.size, args.runs, args.interleaved, args.many)
-    return ab.report_either(result, ("python", "tuned"), args.json)
+    return ab.report_either(result, NAMES, args.json)
 
 
 if __name__ == "__main__":

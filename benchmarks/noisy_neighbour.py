@@ -60,6 +60,9 @@ from benchmarks.latency import Run, Settings, one_run
 from mq import Admin, Consumer, Producer, QuotaEntity, TopicPartition
 
 TENANT_A = "tenant-a"
+FLOOR = "B + A elsewhere"
+"""The phase where A floods a second broker process on the same machine: what B
+suffers from sharing the cores alone, which no broker's bulkhead can take away."""
 QUIET_TOPIC = "quiet"
 NOISY_TOPIC = "noisy"
 VALUE_BYTES = 1024
@@ -159,21 +162,27 @@ def run_phase(
     quota: tuple[int, int] | None,
     ramp_s: float,
     pairs: int = 1,
+    elsewhere: bool = False,
 ) -> Phase:
+    """One phase on a fresh broker; ``elsewhere``: A on a second broker process of its
+    own (the machine's share of B's latency: cores, memory bandwidth, the scheduler)."""
     phase = Phase(name, quota is not None)
     spawn = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="mq-noisy-") as data_dir:
-        broker = Broker(Path(data_dir))
+        broker = Broker(Path(data_dir) / "b")
+        a_broker = Broker(Path(data_dir) / "a") if elsewhere else broker
         stop = spawn.Event()
         produced = spawn.Value("q", 0)
         fetched = spawn.Value("q", 0)
         child = None
         try:
             uvloop.run(_prepare(broker.bootstrap, quota))
+            if elsewhere:
+                uvloop.run(_prepare(a_broker.bootstrap, quota))
             if noisy:
                 child = spawn.Process(
                     target=tenant_a_process,
-                    args=(broker.bootstrap, produced, fetched, stop, pairs),
+                    args=(a_broker.bootstrap, produced, fetched, stop, pairs),
                     name="mq-tenant-a",
                     daemon=True,
                 )
@@ -198,6 +207,8 @@ def run_phase(
                     child.kill()
                     child.join(5)
             broker.stop()
+            if elsewhere:
+                a_broker.stop()
     return phase
 
 
@@ -277,6 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--a-pairs", type=int, default=1, help="A's producer+consumer pairs (connections)"
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also B with A unthrottled on a broker of its own (the machine's share)",
+    )
     parser.add_argument("--overhead", action="store_true", help="W1/W3, quotas vs none")
     ab.add_arguments(parser, "--overhead: ")
     args = parser.parse_args(argv)
@@ -299,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         run_phase("B + A under quota", settings, True, quota, args.ramp, args.a_pairs),
         run_phase("B alone", settings, False, None, 0),
     ]
+    if args.floor:
+        floor = run_phase(FLOOR, settings, True, None, args.ramp, args.a_pairs, elsewhere=True)
+        phases.insert(2, floor)
     report(phases, quota, args.json)
     return 0 if all(p.verified for p in phases) else 1
 

@@ -157,6 +157,9 @@ class Broker:
         """The audit log: ``broker.audit(ctx, operation, resource, result, **details)``."""
         self.served_apis: frozenset[int] = frozenset()
         """API keys the server has handlers for (what api_versions advertises)."""
+        self.tenants_contended: Callable[[], bool] = lambda: True
+        """Whether more than one tenant has requests in progress (the server's dispatcher
+        says): partitions' big appends are copied in a thread only then."""
         self._lock_fd: int | None = None
         self._lease: Lease | None = None
         self.broker_epoch = 0

@@ -19,6 +19,7 @@ from mq.broker import listeners as listener_specs
 from mq.config_values import parse_int
 from mq.errors import InvalidConfigError
 from mq.storage.config import MAX_DURATION_MS, MAX_LOG_BYTES, LogConfig
+from mq.storage.writer import THREAD_WRITE_BYTES
 from mq.wire.apis_acls import MAX_ACL_BINDINGS
 from mq.wire.apis_replication import MAX_SECRET_BYTES, MIN_SECRET_BYTES
 from mq.wire.limits import I32_MAX, I64_MAX, I64_MIN, MAX_BROKERS, MAX_NAME_LEN, MAX_PARTITIONS
@@ -137,6 +138,10 @@ class BrokerConfig:
     gil_switch_interval_us: int = interpreter.SWITCH_INTERVAL_US
     """How long the codec thread may hold the GIL while the event loop waits for it
     (:mod:`mq.interpreter`; applied by ``mq serve``). 0 leaves Python's 5 ms."""
+    thread_write_bytes: int = THREAD_WRITE_BYTES
+    """Appends of this many bytes or more are copied into their segment in a worker
+    thread, not on the event loop (:mod:`mq.storage.steps`): a megabyte's ``pwrite`` is a
+    stall of milliseconds for every other client under load. 0: every append on the loop."""
     max_open_files: int = 1024
     """Active segments' descriptors kept open at once (an LRU, :mod:`mq.storage.handles`);
     capped at start by the fd budget, ``RLIMIT_NOFILE`` less :attr:`fd_reserve`. A
@@ -469,6 +474,7 @@ INT_RANGES: dict[str, tuple[int, int]] = {
     "malloc_trim_bytes": (0, MAX_LOG_BYTES),
     "gc_full_collection_every": (0, 1_000_000),
     "gil_switch_interval_us": (0, 1_000_000),
+    "thread_write_bytes": (0, I32_MAX),
     # connections (issue 18)
     "max_pending_request_bytes": (1, I32_MAX),
     "max_queued_response_bytes": (1, I32_MAX),

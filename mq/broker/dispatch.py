@@ -97,6 +97,11 @@ class Dispatcher:
             if self._turn is None and self.fair.flows:
                 self._turn = asyncio.get_running_loop().call_soon(self._run_turn)
 
+    def contended(self) -> bool:
+        """Whether more than one flow has requests in progress: someone else to keep
+        serving while one flow's big append is copied (:mod:`mq.storage.writer`)."""
+        return len(self.inflight) > 1
+
     def _run_turn(self) -> None:
         self._turn = None
         served: list[Dispatchable] = []

@@ -55,7 +55,7 @@ from mq.storage.fileio import FileIO
 from mq.storage.log import AppendInfo, Log
 from mq.storage.scrub import SegmentDamage
 from mq.storage.segment import Slice
-from mq.storage.writer import LogWriter
+from mq.storage.writer import THREAD_WRITE_BYTES, LogWriter
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +77,18 @@ class Partition:
     """One topic-partition this broker holds a replica of."""
 
     def __init__(
-        self, topic: str, index: int, log: Log, node_id: int = 0, checkpointed: int | None = None
+        self,
+        topic: str,
+        index: int,
+        log: Log,
+        node_id: int = 0,
+        checkpointed: int | None = None,
+        thread_write_bytes: int = THREAD_WRITE_BYTES,
+        contended: Callable[[], bool] = lambda: True,
     ) -> None:
         """``checkpointed``: the high watermark checkpoint read already (in the thread that
-        opened ``log``: no file is read here then); None reads it."""
+        opened ``log``: no file is read here then); None reads it. ``thread_write_bytes``,
+        ``contended``: when appends are written in a thread (:class:`LogWriter`)."""
         self.topic = topic
         self.index = index
         self.log = log
@@ -120,7 +128,12 @@ class Partition:
         self._waiters: set[asyncio.Future[None]] = set()
         self._acks: list[tuple[int, int, asyncio.Future[AppendInfo], AppendInfo]] = []
         """acks=all appends waiting for the high watermark: (last offset, seq, future, info)."""
-        self.writer = LogWriter(log, on_append=self._appended)
+        self.writer = LogWriter(
+            log,
+            on_append=self._appended,
+            thread_write_bytes=thread_write_bytes,
+            contended=contended,
+        )
 
     @classmethod
     def open(

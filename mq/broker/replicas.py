@@ -242,7 +242,13 @@ class ReplicaManager:
             broker.view_changed()  # no longer opening: a create waiting on it answers
             return
         partition = Partition(
-            topic.name, index, opened.log, broker.node_id, checkpointed=opened.high_watermark
+            topic.name,
+            index,
+            opened.log,
+            broker.node_id,
+            checkpointed=opened.high_watermark,
+            thread_write_bytes=broker.config.thread_write_bytes,
+            contended=broker.tenants_contended,
         )
         producer_ids.bound_log(partition.log, broker.config)  # a restart agrees with expiry
         partition.on_corrupt = broker.scrubber.report_read

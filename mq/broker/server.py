@@ -161,6 +161,7 @@ class Server:
         self.counts = ConnectionCounts(config.max_connections, config.max_connections_per_ip)
         self.connection_rate = ConnectionRate(config.max_connection_creation_rate)  # issue 20
         self.dispatcher = Dispatcher(config)  # fair dispatch between tenants (issue 20)
+        broker.tenants_contended = self.dispatcher.contended
         self.log_refused = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)
         self.log_close = RateLimitedLog(log, logging.INFO, LOG_INTERVAL_S)
         self.log_evicted = RateLimitedLog(log, logging.WARNING, LOG_INTERVAL_S)

@@ -55,6 +55,7 @@ from mq.storage.flush import FlushJob
 from mq.storage.handles import DescriptorsExhausted
 from mq.storage.recovery import open_segments
 from mq.storage.segment import MAX_RELATIVE_OFFSET, Segment, Slice
+from mq.storage.steps import Steps, run_inline
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +189,14 @@ class Log:
     # -- appending --------------------------------------------------------------
 
     def append(self, data: bytes | bytearray | memoryview, *, leader_epoch: int = 0) -> AppendInfo:
-        """Append a producer's batches, assigning offsets from the log end.
+        """Append a producer's batches (:meth:`append_steps`, the write right here)."""
+        return run_inline(self.append_steps(data, leader_epoch=leader_epoch))
+
+    def append_steps(
+        self, data: bytes | bytearray | memoryview, *, leader_epoch: int = 0
+    ) -> Steps[AppendInfo]:
+        """Append a producer's batches, assigning offsets from the log end; the write
+        into the segment is yielded (:mod:`mq.storage.steps`).
 
         Checks each batch (CRC, structure, size, timestamps, no transactional flag: mq
         has no transactions, a reader would wait for a commit that never comes) and its records
@@ -225,7 +233,7 @@ class Log:
         sent_crc = headers[0].crc  # the producer's (sealing changes the stored one)
         if self.keyring is not None:  # checked in clear, stored sealed
             data, headers = seal_all(self.keyring, self.name, data, headers, first)
-        self._write(data, headers, first, first + count - 1, (first, leader_epoch))
+        yield from self._write(data, headers, first, first + count - 1, (first, leader_epoch))
         if leader_epoch > self.epochs.latest_epoch:
             self._assign_epoch(leader_epoch, first)
         if idempotent:
@@ -235,7 +243,13 @@ class Log:
         )
 
     def append_replicated(self, data: bytes | bytearray | memoryview) -> AppendInfo:
-        """Append a leader's batches as they are (a follower keeps the leader's offsets).
+        """Append a leader's batches as they are (:meth:`append_replicated_steps`, the
+        write right here)."""
+        return run_inline(self.append_replicated_steps(data))
+
+    def append_replicated_steps(self, data: bytes | bytearray | memoryview) -> Steps[AppendInfo]:
+        """Append a leader's batches as they are (a follower keeps the leader's offsets);
+        the write into the segment is yielded (:mod:`mq.storage.steps`).
 
         The CRC of each batch is checked, its records are not: the leader checked
         them at produce, the CRC shows they arrived as the leader has them, and a
@@ -256,7 +270,7 @@ class Log:
                 raise RecordTooLargeError(f"batch of {header.size} bytes exceeds segment.bytes")
             expected = header.next_offset
         first, last = headers[0].base_offset, headers[-1].last_offset
-        self._write(data, headers, first, last, None)
+        yield from self._write(data, headers, first, last, None)
         for header in headers:
             self.producers.record(header)
             if header.leader_epoch > self.epochs.latest_epoch:
@@ -272,15 +286,15 @@ class Log:
         first: int,
         last: int,
         assign: tuple[int, int] | None,
-    ) -> None:
+    ) -> Steps[None]:
         if len(data) > self.config.segment_bytes:
-            self._write_split(data, headers, first, assign)
+            yield from self._write_split(data, headers, first, assign)
             return
         try:
             active = self.chain.segments[-1]
             if self._must_roll(active, len(data), last):
                 active = self.roll(first)
-            active.append(data, headers, assign)
+            yield from active.append_steps(data, headers, assign)
         except DescriptorsExhausted as exc:  # nothing written: this append fails, not the log
             raise StorageError(
                 f"{self.directory.name}: out of file descriptors, try again: {exc}"
@@ -294,7 +308,7 @@ class Log:
         headers: list[BatchHeader],
         first: int,
         assign: tuple[int, int] | None,
-    ) -> None:
+    ) -> Steps[None]:
         """Batches that together exceed segment.bytes: as many writes as segments need."""
         view = memoryview(data)
         limit = self.config.segment_bytes
@@ -314,7 +328,7 @@ class Log:
             else:
                 chunk_first, chunk_last = first, first + count - 1
                 chunk_assign = (first, assign[1])
-            self._write(view[start:pos], chunk, chunk_first, chunk_last, chunk_assign)
+            yield from self._write(view[start:pos], chunk, chunk_first, chunk_last, chunk_assign)
             first += count
             start = pos
             chunk = []

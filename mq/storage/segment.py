@@ -48,6 +48,7 @@ from mq.records.batch import (
 from mq.storage.fileio import FileIO
 from mq.storage.handles import FILES, MAPS, FileHandle, open_file
 from mq.storage.index import OffsetIndex, TimeIndex
+from mq.storage.steps import FileWrite, Steps, run_inline
 
 log = logging.getLogger(__name__)
 
@@ -364,7 +365,18 @@ class Segment:
         headers: list[BatchHeader],
         assign: tuple[int, int] | None,
     ) -> None:
-        """Write checked batches to the end of the segment.
+        """Write checked batches to the end of the segment (:meth:`append_steps`, the
+        write right here)."""
+        run_inline(self.append_steps(data, headers, assign))
+
+    def append_steps(
+        self,
+        data: bytes | bytearray | memoryview,
+        headers: list[BatchHeader],
+        assign: tuple[int, int] | None,
+    ) -> Steps[None]:
+        """Write checked batches to the end of the segment, the write yielded
+        (:mod:`mq.storage.steps`): nothing is readable until it is done.
 
         The bytes go in with ``pwrite``, not through the map: copying into a
         fresh page of a shared map costs a page fault and the zeroing of the
@@ -385,7 +397,7 @@ class Segment:
         try:
             if end > self._reserved:
                 self._reserve(fd, end)
-            self._io.pwrite(fd, data, pos)
+            yield FileWrite(self._io, fd, data, pos)
         finally:
             FILES.unpin(self._file)
         offset = assign[0] if assign else 0

@@ -98,3 +98,20 @@ async def test_a_tenant_at_its_bulkhead_waits_and_others_are_served() -> None:
         dispatcher.finished(greedy.flow)  # its requests complete: it is served again
     await run_turns(10, turn)
     assert sum(1 for _, name, _ in log if name == "g") == 6
+
+
+def test_contended_while_more_than_one_flow_has_requests_in_progress() -> None:
+    """What partitions ask before copying a big append in a thread (mq.storage.writer)."""
+    dispatcher = Dispatcher(BrokerConfig())
+    a, b = ("User:ANONYMOUS", "a"), ("User:ANONYMOUS", "b")
+    assert not dispatcher.contended()
+    dispatcher.started(a)
+    dispatcher.started(a)
+    assert not dispatcher.contended()  # one tenant alone, however many requests
+    dispatcher.started(b)
+    assert dispatcher.contended()
+    dispatcher.finished(b)
+    assert not dispatcher.contended()
+    dispatcher.finished(a)
+    dispatcher.finished(a)
+    assert dispatcher.inflight == {}

@@ -36,6 +36,9 @@ async def test_a_failed_append_takes_the_partition_out(tmp_path: Path) -> None:
     partition.start()
     assert partition.apply_state(PartitionState((1, 2, 3), 1, 1, (1, 2, 3)), 1)
     assert partition.is_leader
+    # the new leader epoch's file is written in a thread first (and synced: milliseconds
+    # on a slow disk, more than the loop turns below); a call queued now waits for it
+    await partition.writer.call(lambda _log: None)
 
     pending: list[asyncio.Future[AppendInfo]] = []
     failure: BaseException | None = None
