@@ -120,7 +120,23 @@ async def test_acked_messages_stay_acked_after_a_quick_restart(cluster: LocalClu
                 0,
             )
 
-        await wait_until(all_acked, what="every message counted as acked")
+        try:
+            await wait_until(all_acked, what="every message counted as acked")
+        except AssertionError as exc:  # say what each broker thought (a flake in CI once)
+            raise AssertionError(f"{exc}; {await _views(cluster, queue)}") from None
+
+
+async def _views(cluster: LocalCluster, queue: str) -> str:
+    """Each broker's answer for the queue's partitions and ``__share_state-0``."""
+    views = []
+    for node, broker in sorted(cluster.brokers.items()):
+        try:
+            states = [await partition_state(broker.bootstrap, queue, i) for i in range(PARTITIONS)]
+            state = await partition_state(broker.bootstrap, SHARE_STATE_TOPIC, 0)
+            views.append(f"broker {node}: {queue} {states}, {SHARE_STATE_TOPIC}-0 {state}")
+        except Exception as exc:  # a broker down: that is the answer
+            views.append(f"broker {node}: {exc!r}")
+    return "; ".join(views)
 
 
 async def _accepts(host: str, port: int) -> bool:

@@ -176,6 +176,14 @@ def test_interpreter_tuning_interleaves_send_many_with_a_control() -> None:
     assert all(r["verified"] is True and r["chunks"] == 3 for r in rows)
 
 
+def test_thread_writes_interleaves_send_many_with_a_control() -> None:
+    rows = run_benchmark("benchmarks.thread_writes", "--interleaved", "2", "--many", "--size", "10")
+
+    assert [r["pair"] for r in rows] == ["thread / loop", "loop' / loop (control)"]
+    assert all(r["workload"] == "W1 send_many interleaved" for r in rows)
+    assert all(r["verified"] is True and r["chunks"] == 2 for r in rows)
+
+
 def test_request_layers_benchmark_times_every_variant() -> None:
     rows = run_benchmark("benchmarks.request_layers", "--requests", "500", "--rounds", "2")
 

@@ -1,5 +1,5 @@
 """The noisy-neighbour benchmark runs end to end (tiny sizes; figures not checked
-beyond sanity): four phases, every quiet message verified, A measured. The
+beyond sanity): five phases with ``--floor``, every quiet message verified, A measured. The
 ``--overhead`` modes are run by tests/integration/test_benchmarks_smoke.py."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 240
-"""Four phases, each a broker, a consumer process and (two of them) tenant A's."""
+"""Five phases, each a broker (two for the floor), a consumer process and (three of
+them) tenant A's."""
 
 
 def run(*args: str) -> dict[str, object]:
@@ -29,16 +30,18 @@ def run(*args: str) -> dict[str, object]:
 
 
 def test_the_phases_run_and_verify() -> None:
-    result = run("--rate", "200", "--seconds", "1", "--ramp", "0.5")
+    result = run("--rate", "200", "--seconds", "1", "--ramp", "0.5", "--floor")
     phases = result["phases"]
     assert isinstance(phases, list)
     assert [p["name"] for p in phases] == [
         "B alone",
         "B + A unthrottled",
+        "B + A elsewhere",
         "B + A under quota",
         "B alone",
     ]
     for phase in phases:
         assert phase["verified"] is True, phase["problem"]
     assert phases[1]["a_produce_bps"] > 0
-    assert phases[2]["quota"] is True
+    assert phases[2]["a_produce_bps"] > 0  # A flooded a broker of its own
+    assert phases[3]["quota"] is True
