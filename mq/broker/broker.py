@@ -25,46 +25,36 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mq.broker import encryption_guard, limits, maintenance, producer_ids
 from mq.broker import listeners as listener_specs
 from mq.broker.audit import AuditLog
 from mq.broker.catalog import (
-    INTERNAL_TOPICS,
     LegacyCatalog,
     split_topic_configs,
-    topic_log_config,
 )
 from mq.broker.config import BrokerConfig
 from mq.broker.isr import IsrManager
 from mq.broker.log_cleaner import LogCleaner
 from mq.broker.metrics import Meters
-from mq.broker.pacing import Pacer
 from mq.broker.partition import Partition
 from mq.broker.peers import Peers
 from mq.broker.producer_ids import ProducerIdAllocator
 from mq.broker.quotas import QuotaManager
 from mq.broker.replicas import OPEN_WAIT_S, ReplicaManager
 from mq.broker.scrubber import Scrubber
-from mq.broker.topic_configs import altered_configs, broker_count, check_min_insync
+from mq.broker.topic_changes import WAIT_S, TopicChanges
 from mq.errors import (
-    InvalidPartitionsError,
-    InvalidReplicationFactorError,
-    InvalidTopicError,
     MQError,
-    NotControllerError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
     StorageError,
-    TopicAlreadyExistsError,
-    TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
-    error_for_code,
 )
-from mq.replication.cluster_state import ClusterView, TopicRecord, topic_key
+from mq.replication.cluster_state import ClusterView, TopicRecord
 from mq.replication.controller import ControllerSeat
 from mq.replication.etcd_store import EtcdStore
 from mq.replication.hello import BrokerCredentials, cluster_secret
@@ -74,8 +64,6 @@ from mq.replication.scram_store import CredentialCache
 from mq.replication.store import CompactedError, Lease, MetadataStore
 from mq.replication.throttle import TokenBucket
 from mq.storage.keyfile import load_keyring, read_keys
-from mq.wire.apis_core import CREATE_TOPICS, CreateTopicsResponse
-from mq.wire.limits import validate_topic_name
 
 if TYPE_CHECKING:
     from mq.broker.coordinator import GroupCoordinator
@@ -88,8 +76,6 @@ log = logging.getLogger(__name__)
 
 CLUSTER_ID_KEY = "/cluster_id"
 METADATA_FILE = "metadata.json"
-WAIT_S = 10.0
-"""How long a topic change waits for the view to show it."""
 RETRY_S = 0.5
 EVENTS_PER_TURN = 64
 """Metadata events applied per turn of the event loop: a topic of 1,000 partitions comes
@@ -98,11 +84,6 @@ otherwise hold every client for that long."""
 REGISTER_RETRY_S = 0.25
 HANDOVER_S = 5.0
 """How long a clean shutdown waits for its leaderships to move."""
-
-
-CATCH_UP_CHUNK = 2_048
-"""Names :meth:`Broker.catch_up_on_many` looks up per turn of the loop: well under a
-millisecond of dictionary work, so a 100,000-name metadata request gives ~50 turns."""
 
 
 class Broker:
@@ -155,6 +136,8 @@ class Broker:
             config.data_dir, config.node_id, config.audit_max_bytes, config.audit_max_files
         )
         """The audit log: ``broker.audit(ctx, operation, resource, result, **details)``."""
+        self.topics = TopicChanges(self)
+        """Create, delete, reconfigure topics, and catch up on new ones."""
         self.served_apis: frozenset[int] = frozenset()
         """API keys the server has handlers for (what api_versions advertises)."""
         self.tenants_contended: Callable[[], bool] = lambda: True
@@ -281,7 +264,7 @@ class Broker:
                     internal=topic.internal,
                     topic_id=topic.topic_id,
                 )
-                await self._wait_topic_ready(topic.name)
+                await self.wait_topic_ready(topic.name)
         legacy.retire()
         # a single node listens as the leader of its partitions: the controller's
         # elections (one store write each, in a worker thread) are done first
@@ -405,7 +388,7 @@ class Broker:
         """Something :meth:`wait_for_view` conditions read changed (a partition opened)."""
         self._wake_view_waiters()
 
-    async def _wait_topic_ready(self, name: str) -> None:
+    async def wait_topic_ready(self, name: str) -> None:
         """Until the view has topic ``name`` and its partitions here are open (their
         logs open in worker threads, see :mod:`mq.broker.opener`)."""
         await self.wait_for_view(partial(self._has_topic, name))
@@ -483,218 +466,9 @@ class Broker:
             return max(self.config.min_insync_replicas, min(INTERNAL_MIN_INSYNC, replicas))
         return self.config.min_insync_replicas
 
-    # -- topic changes ------------------------------------------------------------
-
-    async def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        replication_factor: int = -1,
-        configs: dict[str, str] | None = None,
-        *,
-        validate_only: bool = False,
-        internal: bool = False,
-        cap_to_live: bool = False,
-    ) -> TopicRecord:
-        """Create a topic on the controller (``partitions``/``replication_factor`` of -1:
-        the defaults); returns once this broker's view has it.
-
-        ``cap_to_live``: fewer replicas if fewer brokers are alive (auto-created and
-        internal topics), rather than INVALID_REPLICATION_FACTOR.
-        """
-        validate_topic_name(name)
-        if name in self.view.topics:
-            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-        if self.replicas.deleting(name):
-            raise TopicAlreadyExistsError(f"topic {name!r} is still being deleted")
-        count = self.config.default_partitions if partitions == -1 else partitions
-        if count < 1:
-            raise InvalidPartitionsError(f"a topic needs at least one partition, got {count}")
-        if replication_factor == -1:
-            replication_factor = self.config.default_replication_factor
-        if replication_factor < 1:
-            raise InvalidReplicationFactorError(
-                f"replication factor must be >= 1, got {replication_factor}"
-            )
-        configs = dict(configs or {})
-        topic_log_config(self.config.log, configs)  # raises InvalidConfigError
-        if "min.insync.replicas" in configs:
-            check_min_insync(configs, await broker_count(self.store, self.node_id))
-        seat = self._controller_seat()
-        record = await seat.create_topic(
-            name,
-            count,
-            -replication_factor if cap_to_live else replication_factor,
-            configs,
-            internal=internal,
-            validate_only=validate_only,
-        )
-        if not validate_only:
-            await self._wait_topic_ready(name)
-            log.info("created topic %s with %d partitions", name, count)
-        return record
-
-    async def catch_up_on(self, name: str) -> TopicRecord | None:
-        """A topic this broker's view does not have yet, if the store has it.
-
-        Another broker may just have created it (the watch brings it a moment
-        later): one read of the store, then a bounded wait for the view to
-        reach that revision, so a client sees its own topic wherever it asks.
-        """
-        found = self.view.topics.get(name)
-        if found is not None:
-            return found
-        entry = await self.store.get(topic_key(name))
-        if entry is None:
-            return None
-        revision = entry.mod_revision
-        with contextlib.suppress(RequestTimedOutError):
-            await self.wait_for_view(lambda: self.view.revision >= revision, WAIT_S / 2)
-        return self.view.topics.get(name)
-
-    async def catch_up_on_many(self, names: list[str]) -> dict[str, TopicRecord]:
-        """:meth:`catch_up_on` for many names: the topics this broker's view lacks but the
-        store has, read a chunk of :data:`CATCH_UP_CHUNK` names per turn of the loop (a
-        metadata request may name 100,000 topics that do not exist: one read of the
-        store each held everyone else: issue 18), then one bounded wait for the view
-        to reach the newest of them."""
-        topics = self.view.topics
-        found: dict[str, int] = {}
-        for start in range(0, len(names), CATCH_UP_CHUNK):
-            if start:
-                await asyncio.sleep(0)
-            chunk = names[start : start + CATCH_UP_CHUNK]
-            keys = {topic_key(name): name for name in chunk if name not in topics}
-            if keys:
-                entries = await self.store.get_many(keys)
-                found.update((keys[key], entry.mod_revision) for key, entry in entries.items())
-        if not found:
-            return {}
-        revision = max(found.values())
-        with contextlib.suppress(RequestTimedOutError):
-            await self.wait_for_view(lambda: self.view.revision >= revision, WAIT_S / 2)
-        topics = self.view.topics
-        return {name: topics[name] for name in found if name in topics}
-
-    async def ensure_topic(
-        self,
-        name: str,
-        partitions: int = -1,
-        replication_factor: int = -1,
-        configs: dict[str, str] | None = None,
-        *,
-        internal: bool = False,
-    ) -> TopicRecord:
-        """The topic, created (on the controller, with fewer replicas if fewer brokers
-        live) if it does not exist: user topics only if auto-creation is on."""
-        found = await self.catch_up_on(name)
-        if found is not None:
-            return found
-        if name in INTERNAL_TOPICS and not internal:  # a client's produce or metadata
-            raise TopicAuthorizationFailedError(f"only the brokers may create {name}")
-        if (not internal and not self.config.auto_create_topics) or self.replicas.deleting(name):
-            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-        validate_topic_name(name)
-        configs = dict(configs or {})
-
-        async def create_here() -> CreateTopicsResponse:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                await self.create_topic(
-                    name,
-                    partitions,
-                    replication_factor,
-                    configs,
-                    internal=internal,
-                    cap_to_live=True,
-                )
-            return CreateTopicsResponse(topics=[])
-
-        body = {
-            "topics": [
-                {
-                    "name": name,
-                    "partitions": partitions,
-                    "replication_factor": replication_factor,
-                    "configs": configs,
-                }
-            ],
-            "timeout_ms": int(WAIT_S * 1000),
-            "validate_only": False,
-        }
-        response = await self.peers.call_controller(CREATE_TOPICS, body, create_here)
-        for topic in response["topics"]:
-            if topic["error"] and topic["error"] != TopicAlreadyExistsError.code:
-                raise _error(topic["error"], topic.get("message"))
-        await self._wait_topic_ready(name)
-        found = self.view.topics.get(name)
-        if found is None:
-            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-        return found
-
-    async def delete_topic(self, name: str) -> None:
-        info = self.view.topics.get(name)
-        if info is None:
-            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-        if info.internal:
-            raise InvalidTopicError(f"internal topic {name} cannot be deleted")
-        await self._controller_seat().delete_topic(name)
-        await self.wait_for_view(lambda: name not in self.view.topics)
-        await self.replicas.wait_dropped(name)
-        log.info("deleted topic %s", name)
-
-    async def alter_topics_configs(
-        self, changes: Mapping[str, Mapping[str, str | None]], *, validate_only: bool = False
-    ) -> dict[str, MQError]:
-        """Set (or with None, reset) configs of several topics; the topics that failed.
-
-        Every topic's changes are checked first; the valid ones are then written
-        together (one store transaction, see
-        :func:`~mq.replication.cluster_state.update_topics_configs`), so a request
-        naming many topics writes the metadata once, not once per topic.
-        """
-        failures: dict[str, MQError] = {}
-        updated: dict[str, dict[str, str]] = {}
-        brokers = await broker_count(self.store, self.node_id) if changes else 0
-        pacer = Pacer()
-        for name, change in changes.items():
-            if pacer.due():  # up to 100,000 topics: other clients get turns
-                await asyncio.sleep(0)
-            try:
-                info = self.view.topics.get(name)
-                updated[name] = altered_configs(name, info, change, self.config.log, brokers)
-            except MQError as exc:
-                failures[name] = exc
-        if validate_only or not updated:
-            return failures
-        try:
-            failures.update(await self._controller_seat().alter_topics_configs(updated))
-        except MQError as exc:
-            return failures | dict.fromkeys(updated, exc)
-        waiting = {name: configs for name, configs in updated.items() if name not in failures}
-
-        def shown() -> bool:  # each topic checked until it shows: linear in all, not per wake
-            for name in list(waiting):
-                topic = self.view.topics.get(name)
-                if topic is not None and topic.configs != waiting[name]:
-                    return False
-                del waiting[name]
-            return True
-
-        await self.wait_for_view(shown)
-        return failures
-
-    def _controller_seat(self) -> ControllerSeat:
-        if self.seat is None or self.seat.controller is None:
-            raise NotControllerError(f"broker {self.node_id} is not the controller")
-        return self.seat
-
 
 def _not_here(topic: str, index: int) -> MQError:
     return NotLeaderOrFollowerError(f"{topic}-{index} has no replica on this broker")
-
-
-def _error(code: int, message: Any) -> MQError:
-    return error_for_code(code)(message or "")
 
 
 __all__ = ["Broker"]

@@ -77,7 +77,7 @@ async def copy(broker: Broker, session: Session, saved: Callable[[Session], None
 
 
 async def _append(broker: Broker, session: Session, target: str, letters: list[DeadLetter]) -> None:
-    topic = await broker.ensure_topic(target)
+    topic = await broker.topics.ensure_topic(target)
     by_partition: dict[int, list[RecordInput]] = {}
     for letter, record in zip(letters, _read(session, letters), strict=True):
         index = (

@@ -80,7 +80,7 @@ async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -
     asked = body["topics"]
     names = sorted(view.topics) if asked is None else list(dict.fromkeys(asked))
     # names this broker's view lacks: one read of the store for all (not one each)
-    known = {} if asked is None else await broker.catch_up_on_many(names)
+    known = {} if asked is None else await broker.topics.catch_up_on_many(names)
     topics: list[MetadataTopic] = []
     pacer = Pacer()
     for name in names:
@@ -102,7 +102,7 @@ async def metadata(broker: Broker, ctx: RequestContext, body: MetadataRequest) -
             continue
         try:
             if info is None:
-                info = await broker.ensure_topic(name)
+                info = await broker.topics.ensure_topic(name)
         except MQError as exc:
             failed: MetadataTopic = {
                 "name": name,
@@ -189,7 +189,7 @@ async def create_topics(
         try:
             if topic["name"] in repeated:
                 raise _repeated(topic["name"], "create_topics")
-            info = await broker.create_topic(
+            info = await broker.topics.create_topic(
                 topic["name"],
                 topic["partitions"],
                 topic["replication_factor"],
@@ -229,7 +229,7 @@ async def delete_topics(
         try:
             if name in repeated:
                 raise _repeated(name, "delete_topics")
-            await broker.delete_topic(name)
+            await broker.topics.delete_topic(name)
         except MQError as exc:
             response["topics"].append(_failed(name, exc))  # type: ignore[arg-type]
             continue
@@ -252,7 +252,7 @@ async def describe_configs(
                 _failed(topic["name"], _repeated(topic["name"], "describe_configs"))  # type: ignore[arg-type]
             )
             continue
-        info = await broker.catch_up_on(topic["name"])
+        info = await broker.topics.catch_up_on(topic["name"])
         if info is None:
             exc = UnknownTopicOrPartitionError(f"topic {topic['name']!r} does not exist")
             response["topics"].append(_failed(topic["name"], exc))  # type: ignore[arg-type]
@@ -314,7 +314,9 @@ async def alter_configs(
             errors[name] = _repeated(name, "alter_configs")
         else:
             changes[name] = topic["configs"]
-    errors.update(await broker.alter_topics_configs(changes, validate_only=body["validate_only"]))
+    errors.update(
+        await broker.topics.alter_topics_configs(changes, validate_only=body["validate_only"])
+    )
     response: AlterConfigsResponse = {"topics": []}
     for topic in body["topics"]:
         if pacer.due():

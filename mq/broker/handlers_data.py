@@ -76,7 +76,7 @@ async def produce(broker: Broker, ctx: RequestContext, body: ProduceRequest) -> 
                     )
                 found = broker.topic(topic["name"])
                 if found is None:  # auto-creation: only a topic's first produce waits here
-                    found = await broker.ensure_topic(topic["name"])
+                    found = await broker.topics.ensure_topic(topic["name"])
                 if found.internal:  # as Kafka: the broker's alone
                     raise InvalidTopicError(f"cannot append to internal topic {topic['name']}")
                 partition = broker.leader_partition(topic["name"], part["partition"])

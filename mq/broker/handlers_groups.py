@@ -122,7 +122,7 @@ async def offset_commit(
         topic_results: list[PartitionResult] = []
         response["topics"].append({"name": topic["name"], "partitions": topic_results})
         if topic["name"] not in known:
-            info = await broker.catch_up_on(topic["name"])
+            info = await broker.topics.catch_up_on(topic["name"])
             known[topic["name"]] = 0 if info is None else info.partitions
         for part in topic["partitions"]:
             if pacer.due():

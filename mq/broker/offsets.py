@@ -83,7 +83,7 @@ class OffsetStore:
 
     async def ensure_topic(self) -> None:
         """Create the topic if it does not exist yet (on the controller)."""
-        await self._broker.ensure_topic(
+        await self._broker.topics.ensure_topic(
             OFFSETS_TOPIC,
             self._default_partitions,
             self._broker.config.offsets_replication_factor,

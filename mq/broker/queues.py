@@ -174,7 +174,7 @@ class ShareManager:
 
     async def _load(self, key: ShareKey, partition: Partition) -> Session:
         broker = self._broker
-        topic = await broker.catch_up_on(key.topic)
+        topic = await broker.topics.catch_up_on(key.topic)
         if topic is None:
             raise NotLeaderOrFollowerError(f"topic {key.topic} is gone")
         epoch = partition.leader_epoch

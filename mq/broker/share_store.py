@@ -101,7 +101,7 @@ class ShareStateStore:
 
     async def ensure_topic(self) -> None:
         config = self._broker.config
-        await self._broker.ensure_topic(
+        await self._broker.topics.ensure_topic(
             SHARE_STATE_TOPIC,
             config.share_state_partitions,
             config.offsets_replication_factor,

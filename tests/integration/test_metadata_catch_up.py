@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from inprocess_broker import running_broker
 
-from mq.broker.broker import CATCH_UP_CHUNK
+from mq.broker.topic_changes import CATCH_UP_CHUNK
 from mq.client.connection import Connection
 from mq.errors import UnknownTopicOrPartitionError
 from mq.replication.store import Entry
