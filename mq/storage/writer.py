@@ -20,10 +20,11 @@ the task would apply a drain of one: its future is already complete when
 step of the task, two turns of the event loop.
 
 An append of :data:`THREAD_WRITE_BYTES` or more is checked and indexed on the
-loop as any other, but its copy into the segment runs in the writers' blocking-call
-thread (:mod:`mq.storage.steps`, :mod:`mq.storage.blocking`): the loop serves
-other clients meanwhile. It is a drain of its own: what was queued before it is
-applied first, what comes after it waits for it, so the order is unchanged.
+loop as any other, but while others are being served (``contended``) its copy into
+the segment runs in the writers' blocking-call thread (:mod:`mq.storage.steps`,
+:mod:`mq.storage.blocking`): the loop serves them meanwhile. It is a drain of its
+own: what was queued before it is applied first, what comes after it waits for it,
+so the order is unchanged.
 
 Syncs never block the event loop, and only one sync job runs at a time (the
 task's, the timer's or :meth:`LogWriter.flush`'s): two jobs would race on the
