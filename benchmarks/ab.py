@@ -43,7 +43,7 @@ import uvloop
 
 from benchmarks import client as w1w3
 from benchmarks.common import Broker, cpu_pressure_seconds
-from mq import Admin, Producer, RecordFuture
+from mq import Admin, Consumer, Producer, RecordFuture, TopicPartition
 from mq.client.futures import SentRecords
 
 BUDGET = 0.03
@@ -239,13 +239,19 @@ class Interleaved:
     verified: bool = True
     many: bool = False
     """W1 ``send_many`` (:data:`MANY_CHUNK_RECORDS` a chunk) rather than ``send()``."""
+    consume: bool = False
+    """W3 (:data:`CONSUME_CHUNK_RECORDS` a chunk) rather than W1."""
 
     @property
     def workload(self) -> str:
+        if self.consume:
+            return "W3 consume"
         return "W1 send_many" if self.many else "W1 send()"
 
     @property
     def chunk_records(self) -> int:
+        if self.consume:
+            return CONSUME_CHUNK_RECORDS
         return MANY_CHUNK_RECORDS if self.many else CHUNK_RECORDS
 
 
@@ -300,10 +306,83 @@ async def _interleaved(
     return out
 
 
+async def _interleaved_consume(brokers: Sequence[Broker], chunks: int, size: int) -> Interleaved:
+    """W3 in chunks: :data:`CONSUME_LOG_RECORDS` records are first produced to each
+    broker (``send_many``, not measured), then one consumer per broker reads chunks
+    of :data:`CONSUME_CHUNK_RECORDS` from it, a chunk from each broker in turn (in the
+    order :func:`_interleaved` uses), going back to offset 0 at the end of the log;
+    each record's offset and value is checked, and the time and the broker's CPU of
+    each chunk paired as for W1."""
+    values = w1w3.payloads(CONSUME_CHUNK_RECORDS, size)
+    total = CONSUME_LOG_RECORDS
+    topic = "interleaved-w3"
+    tp = TopicPartition(topic, 0)
+    for broker in brokers:
+        async with Admin(broker.bootstrap) as admin:
+            await admin.create_topic(topic, partitions=1)
+        async with Producer(broker.bootstrap, acks=1, batch_size=w1w3.MANY_BATCH_BYTES) as p:
+            for _ in range(total // CONSUME_CHUNK_RECORDS):
+                await p.send_many(topic, values)
+            await p.flush()
+    out = Interleaved(chunks, consume=True)
+    async with contextlib.AsyncExitStack() as stack:
+        consumers = []
+        for broker in brokers:
+            consumer = Consumer(bootstrap=broker.bootstrap, auto_offset_reset="earliest")
+            consumers.append(await stack.enter_async_context(consumer))
+            consumer.assign([tp])
+        read = [0] * len(brokers)
+        orders = list(itertools.permutations(range(len(brokers))))
+        deadline = time.monotonic() + INTERLEAVED_CONSUME_TIMEOUT_S
+        for chunk in range(chunks):
+            spent: dict[int, tuple[float, float]] = {}
+            for k in orders[chunk % len(orders)]:
+                pid, consumer, end = brokers[k].proc.pid, consumers[k], (chunk + 1) * len(values)
+                cpu, started = broker_cpu_seconds(pid), time.perf_counter()
+                while read[k] < end and time.monotonic() < deadline:
+                    want = min(end - read[k], total - read[k] % total)
+                    got = await consumer.getmany(timeout_ms=1000, max_records=want)
+                    records = got.get(tp, [])
+                    for record in records:
+                        at = read[k] % total
+                        if record.offset != at or record.value != values[at % len(values)]:
+                            out.verified = False
+                        read[k] += 1
+                    if records and read[k] % total == 0:
+                        consumer.seek(tp, 0)  # the log again, from the page cache as before
+                spent[k] = (time.perf_counter() - started, broker_cpu_seconds(pid) - cpu)
+            (a_s, a_cpu), (c_s, c_cpu), (b_s, b_cpu) = spent[0], spent[1], spent[2]
+            out.throughput.append(a_s / b_s)
+            out.cpu.append(b_cpu / a_cpu)
+            out.control_throughput.append(a_s / c_s)
+            out.control_cpu.append(c_cpu / a_cpu)
+    out.verified = out.verified and read == [chunks * len(values)] * len(brokers)
+    return out
+
+
+CONSUME_CHUNK_RECORDS = 250_000
+"""Records per chunk of the interleaved W3: ~0.1 s and ~50 ms of broker CPU, which the
+kernel counts in 10 ms ticks (smaller chunks' CPU ratios were +-25 % apart)."""
+CONSUME_LOG_RECORDS = 1_000_000
+"""Records each broker's log holds for the interleaved W3 (read again from offset 0
+at its end): ~110 MB of 100-byte records, cached, as in a W3 run."""
+INTERLEAVED_CONSUME_TIMEOUT_S = 600.0
+"""Bound on the whole interleaved W3 (a chunk takes tens of milliseconds)."""
+
+
 def interleaved(
-    a: Broker, control: Broker, b: Broker, chunks: int, size: int, many: bool = False
+    a: Broker,
+    control: Broker,
+    b: Broker,
+    chunks: int,
+    size: int,
+    many: bool = False,
+    consume: bool = False,
 ) -> Interleaved:
-    """See :func:`_interleaved`; ``control`` is set up like ``a``."""
+    """See :func:`_interleaved` (``consume``: :func:`_interleaved_consume`); ``control``
+    is set up like ``a``."""
+    if consume:
+        return uvloop.run(_interleaved_consume([a, control, b], chunks, size))
     return uvloop.run(_interleaved([a, control, b], chunks, size, many))
 
 
@@ -333,7 +412,7 @@ def report_interleaved(
         return result.verified
     out(
         f"{result.workload} interleaved: {result.chunks} chunks of {result.chunk_records:,} "
-        "records to "
+        f"records {'from' if result.consume else 'to'} "
         f"each broker in turn; per-chunk paired ratios, median [quartiles]"
     )
     out("| pair | msg/s ratio | broker CPU ratio | verified |")
@@ -359,6 +438,9 @@ def add_arguments(parser: argparse.ArgumentParser, prefix: str = "") -> None:
         default=0,
         metavar="CHUNKS",
         help=f"{prefix}W1 only, in CHUNKS chunks rotating over the brokers, with a control",
+    )
+    parser.add_argument(
+        "--consume", action="store_true", help=f"{prefix}with --interleaved: W3 instead of W1"
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per row")
 

@@ -27,14 +27,15 @@ for the default client id far above the load, runs alternated; the medians of
 the paired ratios of msg/s and of broker CPU per message (:mod:`benchmarks.ab`;
 goal: <= 3 %). ``--overhead --interleaved CHUNKS``: W1 ``send()`` only, in that
 many chunks of 5,000 records sent to each broker in turn, with a second broker
-without quotas as the control (:func:`benchmarks.ab.interleaved`).
+without quotas as the control (:func:`benchmarks.ab.interleaved`); ``--consume``: W3
+in chunks of 250,000 records instead.
 
 Usage::
 
     python -m benchmarks.noisy_neighbour [--rate 1000] [--seconds 10] [--ramp 3]
         [--produce-quota BYTES] [--fetch-quota BYTES] [--json]
     python -m benchmarks.noisy_neighbour --overhead [--messages 200000] [--runs 8]
-    python -m benchmarks.noisy_neighbour --overhead --interleaved 600
+    python -m benchmarks.noisy_neighbour --overhead --interleaved 600 [--consume]
 """
 
 from __future__ import annotations
@@ -257,10 +258,13 @@ async def _huge_quotas(bootstrap: str) -> None:
         )
 
 
-def overhead(messages: int, size: int, runs: int, as_json: bool, chunks: int = 0) -> bool:
+def overhead(
+    messages: int, size: int, runs: int, as_json: bool, chunks: int = 0, consume: bool = False
+) -> bool:
     """W1/W3 on a broker with no quota and one with quotas not reached, alternated
     (:mod:`benchmarks.ab`), or with ``chunks`` W1 interleaved in that many chunks with
-    a second broker without quotas as the control; whether every record checked out."""
+    a second broker without quotas as the control (``consume``: W3 in chunks); whether
+    every record checked out."""
     with tempfile.TemporaryDirectory(prefix="mq-noisy-") as data_dir:
         names = ["plain", "quoted", "control"] if chunks else ["plain", "quoted"]
         brokers: list[Broker] = []
@@ -269,7 +273,9 @@ def overhead(messages: int, size: int, runs: int, as_json: bool, chunks: int = 0
                 brokers.append(Broker(Path(data_dir) / name))
             uvloop.run(_huge_quotas(brokers[1].bootstrap))
             if chunks:
-                result = ab.interleaved(brokers[0], brokers[2], brokers[1], chunks, size)
+                result = ab.interleaved(
+                    brokers[0], brokers[2], brokers[1], chunks, size, consume=consume
+                )
                 return ab.report_interleaved(result, ("none", "quotas"), as_json, print)
             comparisons = ab.compare(brokers[0], brokers[1], messages, size, runs)
         finally:
@@ -297,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     ab.add_arguments(parser, "--overhead: ")
     args = parser.parse_args(argv)
     if args.overhead:
-        ok = overhead(args.messages, args.size, args.runs, args.json, args.interleaved)
+        ok = overhead(
+            args.messages, args.size, args.runs, args.json, args.interleaved, args.consume
+        )
         return 0 if ok else 1
     settings = Settings(
         rate=args.rate,

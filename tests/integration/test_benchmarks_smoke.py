@@ -167,6 +167,18 @@ def test_interleaved_overhead_has_its_control_and_verifies() -> None:
         assert len(row["cpu_ratio_quartiles"]) == 3
 
 
+def test_interleaved_overhead_of_w3_reads_every_chunk_back() -> None:
+    rows = run_benchmark(
+        "benchmarks.noisy_neighbour", "--overhead", "--interleaved", "5", "--consume"
+    )
+
+    assert [r["pair"] for r in rows] == ["quotas / none", "none' / none (control)"]
+    for row in rows:  # 5 chunks of 250,000 from a log of 1,000,000: read past its end once
+        assert row["workload"] == "W3 consume interleaved"
+        assert row["verified"] is True
+        assert row["chunk_records"] == 250_000
+
+
 def test_interpreter_tuning_interleaves_send_many_with_a_control() -> None:
     rows = run_benchmark(
         "benchmarks.interpreter_tuning", "--interleaved", "3", "--many", "--size", "10"
