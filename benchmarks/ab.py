@@ -242,6 +242,14 @@ class Interleaved:
     consume: bool = False
     """W3 (:data:`CONSUME_CHUNK_RECORDS` a chunk) rather than W1."""
 
+    def add_chunk(self, spent: Mapping[int, tuple[float, float]]) -> None:
+        """One chunk's (seconds, broker CPU seconds) of A (0), A' (1) and B (2), paired."""
+        (a_s, a_cpu), (c_s, c_cpu), (b_s, b_cpu) = spent[0], spent[1], spent[2]
+        self.throughput.append(a_s / b_s)
+        self.cpu.append(b_cpu / a_cpu)
+        self.control_throughput.append(a_s / c_s)
+        self.control_cpu.append(c_cpu / a_cpu)
+
     @property
     def workload(self) -> str:
         if self.consume:
@@ -292,11 +300,7 @@ async def _interleaved(
                         add(await producer.send(topic, value))
                 await producer.flush()
                 spent[k] = (time.perf_counter() - started, broker_cpu_seconds(pid) - cpu)
-            (a_s, a_cpu), (c_s, c_cpu), (b_s, b_cpu) = spent[0], spent[1], spent[2]
-            out.throughput.append(a_s / b_s)
-            out.cpu.append(b_cpu / a_cpu)
-            out.control_throughput.append(a_s / c_s)
-            out.control_cpu.append(c_cpu / a_cpu)
+            out.add_chunk(spent)
         expected = list(range(chunks * records))
         if many:
             offsets = [[m.offset for r in rs for m in await r] for rs in sent]
@@ -351,11 +355,7 @@ async def _interleaved_consume(brokers: Sequence[Broker], chunks: int, size: int
                     if records and read[k] % total == 0:
                         consumer.seek(tp, 0)  # the log again, from the page cache as before
                 spent[k] = (time.perf_counter() - started, broker_cpu_seconds(pid) - cpu)
-            (a_s, a_cpu), (c_s, c_cpu), (b_s, b_cpu) = spent[0], spent[1], spent[2]
-            out.throughput.append(a_s / b_s)
-            out.cpu.append(b_cpu / a_cpu)
-            out.control_throughput.append(a_s / c_s)
-            out.control_cpu.append(c_cpu / a_cpu)
+            out.add_chunk(spent)
     out.verified = out.verified and read == [chunks * len(values)] * len(brokers)
     return out
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from mq.storage.fileio import FileIO
 
@@ -48,20 +48,26 @@ class FileWrite:
 Steps = Generator[FileWrite, None, T]
 
 
+def _resume(steps: Steps[T], error: Exception | None) -> tuple[FileWrite | None, T | None]:
+    """Resume ``steps`` (``error`` thrown in at the yield, if any): (the next write, None),
+    or (None, what they returned) once they are done."""
+    try:
+        return (steps.send(None) if error is None else steps.throw(error)), None
+    except StopIteration as stop:
+        return None, stop.value
+
+
 def run_inline(steps: Steps[T]) -> T:
     """Drive ``steps`` to the end, each write right here; return what they return."""
-    error: Exception | None = None
-    while True:
-        try:
-            write = steps.send(None) if error is None else steps.throw(error)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        error = None
+    write, result = _resume(steps, None)
+    while write is not None:
+        error: Exception | None = None
         try:
             write.run()
         except Exception as exc:  # thrown back at the yield: the log handles it
             error = exc
+        write, result = _resume(steps, error)
+    return cast(T, result)  # None only if T admits it: what the steps returned
 
 
 async def run_in_thread(
@@ -72,14 +78,9 @@ async def run_in_thread(
     If the caller is cancelled while a write runs, the write is still waited for
     before the steps are closed: the descriptor it uses stays pinned until then.
     """
-    error: Exception | None = None
-    while True:
-        try:
-            write = steps.send(None) if error is None else steps.throw(error)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        error = None
+    write, result = _resume(steps, None)
+    while write is not None:
+        error: Exception | None = None
         done = asyncio.ensure_future(submit(FileWrite.run, write))
         try:
             await asyncio.shield(done)
@@ -88,5 +89,7 @@ async def run_in_thread(
                 await asyncio.wait([done])
             steps.close()
             raise
-        except Exception as exc:
+        except Exception as exc:  # thrown back at the yield: the log handles it
             error = exc
+        write, result = _resume(steps, error)
+    return cast(T, result)  # None only if T admits it: what the steps returned
